@@ -1,0 +1,167 @@
+"""One Vision Transformer for every position scheme: position enters only through ``self.pos``."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from timm.layers import DropPath, LayerScale, Mlp, trunc_normal_
+from torch import Tensor, nn
+
+from .pos import POS_REGISTRY, AttnPos, build_pos
+from .pos.base import rotate
+from .stems import STEMS, build_stem
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention on SDPA; rotation and bias come from the scheme's AttnPos."""
+
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True):
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"embed_dim {dim} is not divisible by num_heads {num_heads}")
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: Tensor, pos: AttnPos) -> Tensor:
+        q, k, v = rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
+        if pos.rope is not None:
+            cos, sin = pos.rope
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        # No bias -> no attn_mask, which keeps SDPA's fused/flash kernels available.
+        bias = None if pos.bias is None else pos.bias.to(q.dtype)
+        scale = pos.logit_scale * self.head_dim**-0.5
+        x = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)  # (B, h, N, d)
+        return self.proj(rearrange(x, "b h n d -> b n (h d)"))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(norm(x)), x + mlp(norm(x)), with optional LayerScale and DropPath."""
+
+    def __init__(
+        self, dim: int, num_heads: int, mlp_ratio: float, drop_path: float = 0.0, layer_scale_init: float | None = None
+    ):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = Attention(dim, num_heads)
+        self.ls1 = LayerScale(dim, layer_scale_init) if layer_scale_init else nn.Identity()
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU)
+        self.ls2 = LayerScale(dim, layer_scale_init) if layer_scale_init else nn.Identity()
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+
+    def forward(self, x: Tensor, pos: AttnPos) -> Tensor:
+        x = x + self.drop_path(self.ls1(self.attn(self.norm1(x), pos)))
+        return x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))
+
+
+class ViT(nn.Module):
+    """A ViT whose patch-position strategy is the ``pos`` scheme; any grid the patch size divides is served."""
+
+    def __init__(
+        self,
+        *,
+        pos: str = "rope2d",
+        stem: str = "patch",
+        img_size: int | tuple[int, int] = 32,
+        patch_size: int = 4,
+        in_chans: int = 3,
+        num_classes: int = 10,
+        embed_dim: int = 192,
+        depth: int = 6,
+        num_heads: int = 3,
+        mlp_ratio: float = 4.0,
+        class_token: bool = False,
+        global_pool: str = "avg",
+        drop_path_rate: float = 0.0,
+        layer_scale_init: float | None = None,
+        pos_kwargs: dict | None = None,
+    ):
+        super().__init__()
+        if pos not in POS_REGISTRY:
+            raise ValueError(f"unknown position scheme '{pos}'; valid: {', '.join(POS_REGISTRY)}")
+        if stem not in STEMS:
+            raise ValueError(f"unknown stem '{stem}'; valid: {', '.join(STEMS)}")
+        if global_pool not in ("avg", "token"):
+            raise ValueError(f"global_pool must be 'avg' or 'token', got '{global_pool}'")
+        if global_pool == "token" and not class_token:
+            raise ValueError("global_pool='token' needs class_token=True")
+        img_hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        self.patch_size = patch_size
+        self.grid = self.grid_for(img_hw)
+        self.global_pool = global_pool
+        self.num_prefix_tokens = int(class_token)
+
+        self.stem = build_stem(stem, in_chans, embed_dim, patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
+        self.pos = build_pos(
+            pos,
+            dim=embed_dim,
+            num_heads=num_heads,
+            depth=depth,
+            grid=self.grid,
+            num_prefix_tokens=self.num_prefix_tokens,
+            **(pos_kwargs or {}),
+        )
+        dpr = torch.linspace(0, drop_path_rate, depth).tolist()
+        self.blocks = nn.ModuleList(
+            Block(embed_dim, num_heads, mlp_ratio, dpr[i], layer_scale_init) for i in range(depth)
+        )
+        self.norm = nn.LayerNorm(embed_dim)
+        self.head = nn.Linear(embed_dim, num_classes)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        # timm/DeiT init; the scheme initialised its own parameters already.
+        for name, m in self.named_modules():
+            if name.startswith("pos"):
+                continue
+            if isinstance(m, nn.Linear):
+                trunc_normal_(m.weight, std=0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+        if self.cls_token is not None:
+            nn.init.normal_(self.cls_token, std=1e-6)
+
+    def grid_for(self, hw: tuple[int, int]) -> tuple[int, int]:
+        """Token grid for an image of (H, W); the patch size must divide both."""
+        h, w = hw
+        p = self.patch_size
+        if h % p or w % p or h <= 0 or w <= 0:
+            raise ValueError(f"image size {h}x{w} is not a positive multiple of the patch size {p}")
+        return h // p, w // p
+
+    def forward_features(self, images: Tensor) -> Tensor:
+        """(B, C, H, W) -> (B, P + N, D) normalised tokens (P prefix tokens)."""
+        self.grid_for(images.shape[-2:])
+        x = self.stem(images)  # (B, D, h, w)
+        grid = (x.shape[-2], x.shape[-1])
+        x = self.pos.tokens(rearrange(x, "b d h w -> b (h w) d"), grid)  # patch tokens only
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        attn_pos = self.pos.attention(grid, x.device)  # once per forward, shared by the blocks
+        for i, block in enumerate(self.blocks):
+            x = block(x, attn_pos[i])
+            x = self.pos.after_block(x, grid, i)
+        return self.norm(x)
+
+    def forward(self, images: Tensor) -> Tensor:
+        """(B, C, H, W) -> (B, num_classes) logits."""
+        x = self.forward_features(images)
+        x = x[:, 0] if self.global_pool == "token" else x[:, self.num_prefix_tokens :].mean(dim=1)
+        return self.head(x)
+
+    def no_weight_decay(self) -> set[str]:
+        """Full names of parameters that must not be decayed: the scheme's own, and the class token."""
+        names = {f"pos.{n}" for n in self.pos.no_weight_decay()}
+        return names | ({"cls_token"} if self.cls_token is not None else set())
+
+
+def create_model(pos: str = "rope2d", *, stem: str = "patch", img_size: int = 32, patch_size: int = 4,
+                 num_classes: int = 10, embed_dim: int = 192, depth: int = 6, num_heads: int = 3,
+                 mlp_ratio: float = 4.0, **more) -> ViT:  # fmt: skip
+    """Build a ViT with position scheme ``pos`` (see ``vitpos.POS_SCHEMES``); timm's size keywords."""
+    return ViT(pos=pos, stem=stem, img_size=img_size, patch_size=patch_size, num_classes=num_classes,
+               embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio, **more)  # fmt: skip

@@ -1,0 +1,40 @@
+"""`learned`: a learned absolute table, one vector per patch position, added to the tokens."""
+
+from __future__ import annotations
+
+import torch
+from timm.layers import resample_abs_pos_embed, trunc_normal_
+from torch import Tensor, nn
+
+from .base import Grid, PosScheme
+
+
+class LearnedPos(PosScheme):
+    """Learned absolute table (1, H*W, D), trunc-normal init (std .02) as in ViT/DeiT.
+
+    A new grid gets the table resampled bicubically (antialiased, in fp32, with timm's
+    ``resample_abs_pos_embed``); the result is cached per grid until the table changes.
+    """
+
+    methods = ("bicubic",)
+
+    def __init__(self, *, init_std: float = 0.02, **kw):
+        super().__init__(**kw)
+        h, w = self.train_grid
+        self.table = nn.Parameter(torch.zeros(1, h * w, self.dim))
+        trunc_normal_(self.table, std=init_std)
+
+    def table_for(self, grid: Grid) -> Tensor:
+        """(1, h*w, D) table for ``grid``: the parameter itself at the training grid."""
+        if tuple(grid) == self.train_grid:
+            return self.table
+
+        def build() -> Tensor:
+            return resample_abs_pos_embed(
+                self.table, new_size=list(grid), old_size=list(self.train_grid), num_prefix_tokens=0
+            )
+
+        return self.cached(("table", tuple(grid), self.table.device), build, self.table)
+
+    def tokens(self, x: Tensor, grid: Grid) -> Tensor:
+        return x + self.table_for(grid).to(x.dtype)

@@ -1,0 +1,104 @@
+"""`rope2d`: 2D axial rotary position embedding (RoPE-Axial, Heo et al. 2024).
+
+Per head of width d there are d/4 frequencies f_k = theta^(-4k/d). Of the d/2 rotary
+pairs, the first half turn by x * f and the second half by y * f, so the logit between
+tokens m and n depends only on their offset (y_m - y_n, x_m - x_n).
+
+Layout (pinned by a test): rotate-half pairs, i.e. pair i is (q[i], q[i + d/2]), with
+cos/sin of shape (N, d) = cat([cos(a), cos(a)]) for angles a of shape (N, d/2).
+
+Methods for a grid other than the training one (s = new size / trained size, per axis):
+
+* ``extrapolate``: integer positions of the new grid, unchanged frequencies;
+* ``interpolate``: position interpolation, y -> y / s_y, x -> x / s_x;
+* ``ntk``: NTK-aware base scaling per axis, theta -> theta * s^(d'/(d'-2)), d' = d/2 the
+  rotary width of one axis (only when s > 1);
+* ``yarn``: per-frequency blend between interpolation and extrapolation by how many
+  wavelengths fit in the trained length (YaRN's ramp with ``yarn_alpha``/``yarn_beta``),
+  plus its attention temperature 0.1 ln(s) + 1 on the logits, s the larger axis factor.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .base import AttnPos, Grid, PosScheme, grid_coords
+
+
+def axial_frequencies(head_dim: int, theta: float) -> Tensor:
+    """(head_dim/4,) frequencies theta^(-4k/head_dim), in fp64 for exact angles."""
+    if head_dim % 4:
+        raise ValueError(f"rope2d needs a head dim divisible by 4, got {head_dim}")
+    k = torch.arange(head_dim // 4, dtype=torch.float64)
+    return theta ** (-4.0 * k / head_dim)
+
+
+def yarn_ramp(freqs: Tensor, train_len: int, alpha: float, beta: float) -> Tensor:
+    """gamma in [0, 1] per frequency: 1 keeps (extrapolates) it, 0 interpolates it fully."""
+    turns = train_len * freqs / (2 * math.pi)  # wavelengths that fit in the trained length
+    return ((turns - alpha) / (beta - alpha)).clamp(0.0, 1.0)
+
+
+def rope_cos_sin(angles: Tensor, num_prefix_tokens: int = 0) -> tuple[Tensor, Tensor]:
+    """Angles (..., N, d/2) -> cos, sin (..., P + N, d) in rotate-half layout; P prefix rows are identity."""
+    angles = torch.cat([angles, angles], dim=-1)
+    cos, sin = angles.cos(), angles.sin()
+    if num_prefix_tokens:
+        pad = [0, 0, num_prefix_tokens, 0]
+        cos = torch.nn.functional.pad(cos, pad, value=1.0)
+        sin = torch.nn.functional.pad(sin, pad, value=0.0)
+    return cos.float(), sin.float()
+
+
+class Rope2dPos(PosScheme):
+    """Axial 2D RoPE on q and k in every block; fixed frequencies, no parameters."""
+
+    methods = ("extrapolate", "interpolate", "ntk", "yarn")
+
+    def __init__(self, *, theta: float = 100.0, yarn_alpha: float = 1.0, yarn_beta: float = 32.0, **kw):
+        super().__init__(**kw)
+        self.theta, self.yarn_alpha, self.yarn_beta = theta, yarn_alpha, yarn_beta
+        axial_frequencies(self.head_dim, theta)  # validate head dim early
+
+    def axis_frequencies(self, grid: Grid) -> tuple[Tensor, Tensor, float]:
+        """Per-axis frequencies (fy, fx) for ``grid`` under the current method, and the logit scale."""
+        f = axial_frequencies(self.head_dim, self.theta)
+        s_y, s_x = grid[0] / self.train_grid[0], grid[1] / self.train_grid[1]
+        if self.method == "interpolate":
+            return f / s_y, f / s_x, 1.0
+        if self.method == "ntk":
+            d_axis = self.head_dim // 2
+
+            def ntk(s: float) -> Tensor:
+                return f if s <= 1 else axial_frequencies(self.head_dim, self.theta * s ** (d_axis / (d_axis - 2)))
+
+            return ntk(s_y), ntk(s_x), 1.0
+        if self.method == "yarn":
+
+            def yarn(s: float, train_len: int) -> Tensor:
+                if s <= 1:
+                    return f
+                g = yarn_ramp(f, train_len, self.yarn_alpha, self.yarn_beta)
+                return (1 - g) * f / s + g * f
+
+            s = max(s_y, s_x)
+            scale = (0.1 * math.log(s) + 1.0) ** 2 if s > 1 else 1.0
+            return yarn(s_y, self.train_grid[0]), yarn(s_x, self.train_grid[1]), scale
+        return f, f, 1.0  # extrapolate
+
+    def angles(self, grid: Grid) -> tuple[Tensor, float]:
+        """(N, d/2) rotation angles, x pairs first then y pairs, and the logit scale."""
+        fy, fx, scale = self.axis_frequencies(grid)
+        ys, xs = grid_coords(grid, dtype=torch.float64)
+        return torch.cat([xs[:, None] * fx, ys[:, None] * fy], dim=1), scale
+
+    def attention(self, grid: Grid, device=None) -> list[AttnPos]:
+        def build() -> list[AttnPos]:
+            angles, scale = self.angles(grid)
+            cos, sin = rope_cos_sin(angles, self.num_prefix_tokens)
+            return [AttnPos(rope=(cos.to(device), sin.to(device)), logit_scale=scale)] * self.depth
+
+        return self.cached(("rope", tuple(grid), device), build)
