@@ -65,6 +65,10 @@ class DataConfig:
     mixup: float = 0.0
     cutmix: float = 0.0
     random_erasing: float = 0.0
+    random_crop_pad: int = 0  # RandomCrop with this zero padding after resizing (4 suits 28-32 px data)
+    # real data without an official val split: images carved from train (fixed seed 0, whatever
+    # the run seed) for val, capped at 10 % of train; 0 = no holdout, val is the test split
+    holdout_size: int = 5000
     # evaluation protocol
     crop_ratio: float = 1.0
     eval_resize: str = "crop"  # "crop": short side to R/crop_ratio then centre crop; "full": resize whole image

@@ -1,0 +1,60 @@
+"""Data sets: one LightningDataModule per family, in a registry keyed by ``DataConfig.name``.
+
+Usage::
+
+    dm = build_datamodule(cfg.data, img_size=32, seed=0)
+    dm.num_classes, dm.in_chans, dm.mean, dm.std, dm.native_size
+    dm.setup("fit"); dm.train_dataloader(); dm.val_dataloader()
+    dm.eval_dataset(64, "test")        # resolution transfer: (C, 64, 64) tensors, int labels
+    dm.eval_dataset((32, 64), "test")  # non-square (H, W)
+"""
+
+from __future__ import annotations
+
+from ..config import ConfigError, DataConfig
+from .base import VitposDataModule
+from .digits import DigitsDataModule
+from .imagefolder import ImageFolderDataModule
+from .mnist import FashionMNISTDataModule, MNISTDataModule
+from .shapes import BAG_OF_PATCHES_CEILING, ShapesDataModule, render_shapes
+from .torchvision_sets import (
+    CIFAR10DataModule,
+    CIFAR100DataModule,
+    Flowers102DataModule,
+    STL10DataModule,
+    SVHNDataModule,
+)
+
+DATASETS: dict[str, type[VitposDataModule]] = {
+    m.name: m
+    for m in (
+        ShapesDataModule,
+        DigitsDataModule,
+        CIFAR10DataModule,
+        CIFAR100DataModule,
+        SVHNDataModule,
+        STL10DataModule,
+        Flowers102DataModule,
+        FashionMNISTDataModule,
+        MNISTDataModule,
+        ImageFolderDataModule,
+    )
+}
+DATA_NAMES = tuple(DATASETS)
+
+
+def build_datamodule(cfg: DataConfig, img_size: int, seed: int = 0) -> VitposDataModule:
+    """The DataModule named by cfg.name; an unknown name is a ConfigError listing the valid ones."""
+    if cfg.name not in DATASETS:
+        raise ConfigError(f"unknown data set '{cfg.name}'; valid: {', '.join(DATA_NAMES)}")
+    return DATASETS[cfg.name](cfg, img_size, seed)
+
+
+__all__ = [
+    "BAG_OF_PATCHES_CEILING",
+    "DATASETS",
+    "DATA_NAMES",
+    "VitposDataModule",
+    "build_datamodule",
+    "render_shapes",
+]

@@ -1,0 +1,75 @@
+"""`imagefolder`: your own images, DATA_DIR/{train,val[,test]}/<class>/*.{png,jpg,...}.
+
+Read with torchvision's ``ImageFolder`` (classes = the sorted folder names of train/, which
+val/ and test/ must match). test/ is optional: without it the test split is val/. RGB,
+ImageNet mean / std, ``native_size`` = the training img_size (the images' own sizes are
+whatever they are; the eval protocol resizes them).
+
+Undecodable images fail loudly: loading one raises a one-line ConfigError naming the file
+(``cannot decode image PATH: ...``), so that no image is silently dropped from an
+evaluation. With ``num_workers > 0`` the DataLoader re-raises it in the main process with
+the worker's traceback attached.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PIL import Image, UnidentifiedImageError
+from torch.utils.data import Dataset
+from torchvision.datasets import ImageFolder
+
+from ..config import ConfigError, DataConfig
+from .base import VitposDataModule
+from .torchvision_sets import IMAGENET_MEAN, IMAGENET_STD
+
+
+def load_rgb(path: str) -> Image.Image:
+    """Open an image as RGB; a file PIL cannot decode is a ConfigError naming it."""
+    try:
+        with open(path, "rb") as f:
+            img = Image.open(f)
+            return img.convert("RGB")  # convert() forces the full decode while the file is open
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+        raise ConfigError(
+            f"cannot decode image {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        ) from None
+
+
+class ImageFolderDataModule(VitposDataModule):
+    name = "imagefolder"
+    in_chans = 3
+    mean, std = IMAGENET_MEAN, IMAGENET_STD
+
+    def __init__(self, cfg: DataConfig, img_size: int, seed: int = 0) -> None:
+        super().__init__(cfg, img_size, seed)
+        if not cfg.data_dir:
+            raise ConfigError("imagefolder needs --data-dir DIR holding train/<class>/ and val/<class>/ image folders")
+        self.root = Path(cfg.data_dir).expanduser()
+        for split in ("train", "val"):
+            if not (self.root / split).is_dir():
+                raise ConfigError(
+                    f"imagefolder: no {self.root / split}/ ; expected DIR/{{train,val}}/<class>/*.png|jpg"
+                )
+        self.classes = self._classes("train")
+        if not self.classes:
+            raise ConfigError(f"imagefolder: no class folders in {self.root / 'train'}")
+        for split in ("val", "test"):
+            if (self.root / split).is_dir() and self._classes(split) != self.classes:
+                raise ConfigError(
+                    f"imagefolder: class folders of {self.root / split} differ from those of {self.root / 'train'}"
+                )
+        self.num_classes = len(self.classes)
+        self.native_size = img_size
+
+    def _classes(self, split: str) -> list[str]:
+        return sorted(p.name for p in (self.root / split).iterdir() if p.is_dir())
+
+    def raw_split(self, split: str) -> Dataset:
+        folder = self.root / split
+        if split == "test" and not folder.is_dir():
+            folder = self.root / "val"
+        try:
+            return ImageFolder(str(folder), loader=load_rgb)
+        except FileNotFoundError as e:  # a class folder without a single image file
+            raise ConfigError(f"imagefolder: {str(e).splitlines()[0]}") from None
