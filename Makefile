@@ -1,0 +1,31 @@
+# Conveniences over the README's commands. `make test` is what CI runs (.ci/run).
+PY := .venv/bin/python
+
+.venv:
+	python3 -m venv .venv && .venv/bin/pip install -q torch==2.14.1 torchvision==0.29.1 -e ".[dev]"
+
+train: .venv
+	$(PY) train.py --pos rope2d
+
+test:
+	bash .ci/run
+
+lint: .venv
+	.venv/bin/ruff check . && .venv/bin/ruff format --check .
+
+format: .venv
+	.venv/bin/ruff format . && .venv/bin/ruff check --fix .
+
+slow: .venv
+	$(PY) -m pytest -q -m slow
+
+bench-results: .venv
+	$(PY) benchmarks/results.py
+
+bench-resolution: .venv
+	$(PY) benchmarks/resolution_transfer.py
+
+bench-throughput: .venv
+	$(PY) benchmarks/throughput.py
+
+.PHONY: train test lint format slow bench-results bench-resolution bench-throughput

@@ -1,0 +1,147 @@
+"""The LightningModule: model, loss, metrics and optimisation. Data lives in vitpos.data."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from timm.data import Mixup
+from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy
+
+from .config import Config
+from .model import ViT, create_model
+
+
+def model_from_config(cfg: Config) -> ViT:
+    """The ViT a config describes (the single place config fields become model kwargs)."""
+    m = cfg.model
+    return create_model(
+        m.pos,
+        stem=m.stem,
+        img_size=m.img_size,
+        patch_size=m.patch_size,
+        num_classes=m.num_classes,
+        embed_dim=m.embed_dim,
+        depth=m.depth,
+        num_heads=m.num_heads,
+        mlp_ratio=m.mlp_ratio,
+        in_chans=m.in_chans,
+        class_token=m.class_token,
+        global_pool=m.global_pool,
+        drop_path_rate=m.drop_path_rate,
+        layer_scale_init=m.layer_scale_init,
+        pos_kwargs=m.pos_kwargs,
+    )
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups: no decay on norms, biases (1-D) and what the model names in no_weight_decay()."""
+    skip = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim <= 1 or name in skip else decay).append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float:
+    """LR multiplier: linear warmup from ~0 to 1, then cosine to ``min_ratio`` at ``total``."""
+    if step < warmup:
+        return (step + 1) / warmup
+    t = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * t))
+
+
+class LitViT(L.LightningModule):
+    """Trains a vitpos ViT. ``config`` is the resolved :class:`Config` as a plain dict (saved in checkpoints)."""
+
+    def __init__(self, config: dict[str, Any]):
+        super().__init__()
+        self.save_hyperparameters({"config": config})
+        self.cfg = Config.from_dict(config)
+        self.model = model_from_config(self.cfg)
+        n = self.cfg.model.num_classes
+        d, o = self.cfg.data, self.cfg.optim
+        self.mixup = (
+            Mixup(mixup_alpha=d.mixup, cutmix_alpha=d.cutmix, label_smoothing=o.label_smoothing, num_classes=n)
+            if d.mixup > 0 or d.cutmix > 0
+            else None
+        )
+        # One metric object per stage and k, so states never mix between stages.
+        ks = [1, 5] if n > 5 else [1]
+        self.metrics = nn.ModuleDict(
+            {
+                f"{stage}_top{k}": MulticlassAccuracy(num_classes=n, top_k=k, average="micro")
+                for stage in ("train", "val", "test")
+                for k in ks
+            }
+        )
+        self._ks = ks
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.model(images)
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        images, labels = batch
+        if self.mixup is not None and images.shape[0] % 2 == 0:  # timm's Mixup needs an even batch
+            images, soft = self.mixup(images, labels)
+            logits = self(images)
+            loss = torch.sum(-soft * F.log_softmax(logits, dim=-1), dim=-1).mean()
+        else:
+            logits = self(images)
+            loss = F.cross_entropy(logits, labels, label_smoothing=self.cfg.optim.label_smoothing)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(
+                f"non-finite training loss ({loss.item()}) at step {self.global_step}; "
+                "lower --lr or check the data; the last good checkpoint is kept"
+            )
+        self._update("train", logits, labels)
+        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=images.shape[0])
+        return loss
+
+    def _eval_step(self, stage: str, batch: tuple[Tensor, Tensor]) -> None:
+        images, labels = batch
+        logits = self(images)
+        loss = F.cross_entropy(logits, labels)
+        self._update(stage, logits, labels)
+        self.log(f"{stage}/loss", loss, prog_bar=stage == "val", sync_dist=True, batch_size=images.shape[0])
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self._eval_step("val", batch)
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self._eval_step("test", batch)
+
+    def _update(self, stage: str, logits: Tensor, labels: Tensor) -> None:
+        for k in self._ks:
+            metric = self.metrics[f"{stage}_top{k}"]
+            metric.update(logits.detach(), labels)
+            # Logging the metric object lets torchmetrics sync its sums across ranks at epoch end.
+            self.log(f"{stage}/top{k}", metric, on_step=False, on_epoch=True, prog_bar=(k == 1 and stage != "train"))
+
+    def configure_optimizers(self):
+        o = self.cfg.optim
+        lr = o.lr
+        if o.lr_scaling == "linear":
+            lr = lr * self.global_batch_size() / 256
+        opt = torch.optim.AdamW(param_groups(self.model, o.weight_decay), lr=lr, betas=tuple(o.betas))
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        steps_per_epoch = max(1, total // max(1, self.trainer.max_epochs or 1))
+        warmup = min(total, max(1, int(o.warmup_epochs * steps_per_epoch)))
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: warmup_cosine(s, warmup, total, o.min_lr_ratio)
+        )
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def global_batch_size(self) -> int:
+        """Per-device batch x devices x nodes: the batch one optimizer step sees."""
+        world = self.trainer.world_size if self._trainer is not None else 1
+        return self.cfg.data.batch_size * world
