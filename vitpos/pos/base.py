@@ -95,11 +95,16 @@ class PosScheme(nn.Module):
         Differentiable results are only cached when no gradient is recorded, so a
         training step always gets a fresh graph while evaluation never recomputes.
         A learned parameter changed in place (an optimizer step) bumps its ``_version``
-        and so misses the cache.
+        and so misses the cache. Under torch.compile, results that depend on ``params``
+        are built inside the graph instead of cached.
         """
         grad_needed = torch.is_grad_enabled() and any(p.requires_grad for p in params)
         if grad_needed:
             self.cache_misses += 1
+            return build()
+        if params and torch.compiler.is_compiling():
+            # data_ptr()/_version are data-dependent to torch.compile (a graph break each);
+            # a compiled graph simply recomputes from the parameter, which is never stale.
             return build()
         full_key = (key, self._method, tuple((p.data_ptr(), p._version) for p in params))
         hit = self._cache.get(full_key)
@@ -114,6 +119,12 @@ class PosScheme(nn.Module):
     def _apply(self, fn, recurse=True):
         self._cache.clear()  # .to(device/dtype) invalidates cached tensors
         return super()._apply(fn, recurse)
+
+    def train(self, mode: bool = True):
+        # Fused optimizers (AdamW(fused=True)) change parameters without bumping _version,
+        # so entries cached before a training phase must not outlive it.
+        self._cache.clear()
+        return super().train(mode)
 
 
 def grid_coords(grid: Grid, device=None, dtype=torch.float32) -> tuple[Tensor, Tensor]:

@@ -73,7 +73,9 @@ class Rope2dPos(PosScheme):
             d_axis = self.head_dim // 2
 
             def ntk(s: float) -> Tensor:
-                return f if s <= 1 else axial_frequencies(self.head_dim, self.theta * s ** (d_axis / (d_axis - 2)))
+                if s <= 1 or d_axis <= 2:  # d_axis 2: the one frequency is theta^0 = 1 for any base
+                    return f
+                return axial_frequencies(self.head_dim, self.theta * s ** (d_axis / (d_axis - 2)))
 
             return ntk(s_y), ntk(s_x), 1.0
         if self.method == "yarn":

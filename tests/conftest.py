@@ -1,0 +1,33 @@
+"""Shared small fixtures: a seeded RNG and a factory for tiny ViTs (fast on 2 CPU cores)."""
+
+import pytest
+import torch
+
+import vitpos
+
+# Training grid 8x8 (32 px, patch 4); head_dim 8, so rope2d has 2 frequencies per axis.
+TINY = dict(img_size=32, patch_size=4, embed_dim=32, depth=2, num_heads=4, num_classes=5)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread (two threads on a busy 2-core box spin-wait); restored after."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
+def tiny():
+    """tiny(pos, **overrides) -> a small vitpos ViT built with create_model."""
+
+    def make(pos: str, **kw) -> vitpos.ViT:
+        return vitpos.create_model(pos, **{**TINY, **kw})
+
+    return make

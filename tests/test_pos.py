@@ -1,0 +1,461 @@
+"""Properties of the position schemes, checked through the seam (``model.pos``) and against timm."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+from timm.layers import (
+    apply_rot_embed_cat,
+    build_sincos2d_pos_embed,
+    gen_relative_position_index,
+    resample_abs_pos_embed,
+)
+
+import vitpos
+from vitpos.pos.base import rotate
+from vitpos.pos.relbias import relative_position_index
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TRAIN = (8, 8)  # the tiny models' training grid (32 px / patch 4)
+
+
+def with_grads(m, img=(32, 32)):
+    """One training-mode backward so learned parameters have gradients."""
+    m.train()
+    m(torch.randn(2, 3, *img)).square().mean().backward()
+    return m
+
+
+def pos_outputs(pos, grid) -> list[torch.Tensor]:
+    """Everything the scheme hands the ViT for ``grid``, as a flat list of tensors."""
+    n = grid[0] * grid[1]
+    out = [pos.tokens(torch.zeros(1, n, pos.dim), grid)]
+    for a in pos.attention(grid):
+        out += list(a.rope or ()) + ([a.bias] if a.bias is not None else []) + [torch.tensor(a.logit_scale)]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# caching, for every scheme
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("grid", [TRAIN, (12, 12), (6, 10)])
+@pytest.mark.parametrize("name", vitpos.POS_SCHEMES)
+def test_second_eval_forward_does_not_recompute(tiny, name, grid):
+    m = tiny(name).eval()
+    x = torch.randn(2, 3, grid[0] * 4, grid[1] * 4)
+    with torch.no_grad():
+        first = m(x)
+        misses = m.pos.cache_misses
+        second = m(x)
+    assert m.pos.cache_misses == misses
+    torch.testing.assert_close(first, second, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "make_opt",
+    [
+        lambda ps: torch.optim.SGD(ps, lr=0.5),
+        lambda ps: torch.optim.AdamW(ps, lr=0.5, foreach=True),
+        # Fused kernels update parameters without bumping their version counter.
+        lambda ps: torch.optim.AdamW(ps, lr=0.5, fused=True),
+    ],
+    ids=["sgd", "adamw-foreach", "adamw-fused"],
+)
+@pytest.mark.parametrize("grid", [TRAIN, (12, 12)])
+@pytest.mark.parametrize("name", vitpos.POS_SCHEMES)
+def test_optimizer_step_never_leaves_the_cache_stale(tiny, name, grid, make_opt):
+    """Train -> step -> eval (as Lightning does): eval must see the stepped parameters."""
+    m = tiny(name).eval()
+    with torch.no_grad():
+        before = [t.clone() for t in pos_outputs(m.pos, grid)]  # fills the cache
+    opt = make_opt(list(m.parameters()))
+    with_grads(m)
+    opt.step()
+    m.eval()
+    with torch.no_grad():
+        served = pos_outputs(m.pos, grid)
+        m.pos._cache.clear()
+        fresh = pos_outputs(m.pos, grid)
+    for s, f in zip(served, fresh):
+        torch.testing.assert_close(s, f, rtol=0, atol=0)
+    if any(True for _ in m.pos.parameters()):  # the step really changed what the scheme serves
+        assert any(not torch.equal(b, f) for b, f in zip(before, fresh))
+
+
+def test_method_setter_rejects_unknown_and_clears_cache(tiny):
+    m = tiny("rope2d").eval()
+    with torch.no_grad():
+        m.pos.attention((12, 12))
+    assert m.pos._cache
+    with pytest.raises(ValueError, match="extrapolate"):
+        m.pos.method = "bogus"
+    m.pos.method = "interpolate"
+    assert not m.pos._cache
+
+
+# ---------------------------------------------------------------------------------------------
+# rope2d
+# ---------------------------------------------------------------------------------------------
+
+
+def rope(m, grid, method=None):
+    if method is not None:
+        m.pos.method = method
+    a = m.pos.attention(grid)[0]
+    return a.rope[0], a.rope[1], a.logit_scale
+
+
+@pytest.mark.parametrize("big", [(13, 15), (8, 12), (20, 9)])
+def test_rope2d_logit_depends_only_on_offset(tiny, big):
+    m = tiny("rope2d", embed_dim=64)  # head_dim 16: 4 frequencies per axis
+    (h, w), (bh, bw) = TRAIN, big
+    cos, sin, _ = rope(m, TRAIN)
+    cos2, sin2, _ = rope(m, big, "extrapolate")
+    n, d = 256, cos.shape[-1]
+    q, k = torch.randn(n, d), torch.randn(n, d)
+    y1, y2 = torch.randint(0, h, (2, n))
+    x1, x2 = torch.randint(0, w, (2, n))
+    a, b = torch.randint(0, bh - h + 1, (n,)), torch.randint(0, bw - w + 1, (n,))
+
+    def logits(cos, sin, width, ya, xa, yb, xb):
+        i, j = ya * width + xa, yb * width + xb
+        return (rotate(q, cos[i], sin[i]) * rotate(k, cos[j], sin[j])).sum(-1)
+
+    here = logits(cos, sin, w, y1, x1, y2, x2)
+    shifted = logits(cos2, sin2, bw, y1 + a, x1 + b, y2 + a, x2 + b)
+    torch.testing.assert_close(shifted, here, atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(here, (q * k).sum(-1), atol=1e-2)  # the rotation does something
+
+
+def test_rope2d_angles_match_formula(tiny):
+    """Pins the construction: f_k = theta^(-4k/d); pairs [x f, y f] in rotate-half layout."""
+    m = tiny("rope2d", embed_dim=64)
+    d = m.pos.head_dim
+    f = m.pos.theta ** (-4.0 * torch.arange(d // 4, dtype=torch.float64) / d)
+    for grid in [TRAIN, (5, 11)]:
+        ys, xs = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
+        half = torch.cat([xs.reshape(-1, 1) * f, ys.reshape(-1, 1) * f], dim=1)
+        ang = torch.cat([half, half], dim=1)
+        cos, sin, _ = rope(m, grid)
+        torch.testing.assert_close(cos, ang.cos().float(), atol=1e-6, rtol=0)
+        torch.testing.assert_close(sin, ang.sin().float(), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("method", vitpos.POS_REGISTRY["rope2d"].methods)
+@pytest.mark.parametrize("grid", [TRAIN, (12, 16), (5, 7)])
+def test_rope2d_rotation_preserves_norm_and_matches_timm_layout(tiny, method, grid):
+    m = tiny("rope2d")
+    cos, sin, _ = rope(m, grid, method)
+    x = torch.randn(2, m.pos.num_heads, grid[0] * grid[1], m.pos.head_dim)
+    y = rotate(x, cos, sin)
+    torch.testing.assert_close(y.norm(dim=-1), x.norm(dim=-1))
+    torch.testing.assert_close(y, apply_rot_embed_cat(x, torch.cat([sin, cos], -1), half=True))
+    assert not torch.allclose(y, x)
+
+
+def test_rope2d_every_token_gets_its_own_rotation(tiny):
+    cos, sin, _ = rope(tiny("rope2d"), (6, 10))
+    rows = torch.cat([cos, sin], dim=1)
+    dist = torch.cdist(rows, rows) + torch.eye(len(rows)) * 10
+    assert dist.min() > 1e-3  # no two (y, x) positions share a rotation (catches one axis used twice)
+
+
+@pytest.mark.parametrize("grid", [TRAIN, (12, 12), (4, 6)])
+def test_rope2d_class_token_is_not_rotated(tiny, grid):
+    m = tiny("rope2d", class_token=True, global_pool="token")
+    cos, sin, _ = rope(m, grid)
+    assert cos.shape[0] == 1 + grid[0] * grid[1]
+    assert torch.equal(cos[0], torch.ones_like(cos[0])) and torch.equal(sin[0], torch.zeros_like(sin[0]))
+    # Patch rows: only the (0, 0) token has angle 0; every other one is rotated.
+    assert (sin[2:].abs().amax(dim=1) > 1e-3).all()
+    torch.testing.assert_close(cos[1:], rope(tiny("rope2d"), grid)[0])
+
+
+@pytest.mark.parametrize("method", vitpos.POS_REGISTRY["rope2d"].methods)
+def test_rope2d_every_method_is_exact_at_training_grid(tiny, method):
+    m = tiny("rope2d")
+    cos, sin, scale = rope(m, TRAIN, "extrapolate")
+    cos_m, sin_m, scale_m = rope(m, TRAIN, method)
+    assert torch.equal(cos_m, cos) and torch.equal(sin_m, sin)
+    assert scale_m == scale == 1.0
+
+
+@pytest.mark.parametrize("grid", [(16, 16), (16, 8), (12, 20)])
+def test_rope2d_interpolate_scales_positions(tiny, grid):
+    m = tiny("rope2d", embed_dim=64)
+    q = m.pos.head_dim // 4
+    m.pos.method = "extrapolate"
+    ext, _ = m.pos.angles(grid)
+    m.pos.method = "interpolate"
+    itp, _ = m.pos.angles(grid)
+    s_y, s_x = grid[0] / TRAIN[0], grid[1] / TRAIN[1]
+    torch.testing.assert_close(itp[:, :q], ext[:, :q] / s_x)
+    torch.testing.assert_close(itp[:, q:], ext[:, q:] / s_y)
+    if grid == (16, 16):  # black box: token (2i, 2j) of the 2x grid turns like (i, j) of the training grid
+        cos, sin, _ = rope(m, grid)
+        cos_t, sin_t, _ = rope(m, TRAIN, "extrapolate")
+        even = (torch.arange(16)[::2, None] * 16 + torch.arange(16)[None, ::2]).flatten()
+        torch.testing.assert_close(cos[even], cos_t, atol=1e-6, rtol=0)
+        torch.testing.assert_close(sin[even], sin_t, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("grid", [TRAIN, (6, 6), (4, 8), (8, 5)])
+def test_rope2d_ntk_changes_nothing_when_not_larger(tiny, grid):
+    m = tiny("rope2d")
+    cos, sin, _ = rope(m, grid, "extrapolate")
+    cos_n, sin_n, scale = rope(m, grid, "ntk")
+    assert torch.equal(cos_n, cos) and torch.equal(sin_n, sin) and scale == 1.0
+
+
+def test_rope2d_ntk_scales_only_the_larger_axis(tiny):
+    m = tiny("rope2d", embed_dim=64)
+    q = m.pos.head_dim // 4
+    m.pos.method = "extrapolate"
+    ext, _ = m.pos.angles((8, 16))
+    m.pos.method = "ntk"
+    ntk, _ = m.pos.angles((8, 16))
+    torch.testing.assert_close(ntk[:, q:], ext[:, q:], rtol=0, atol=0)  # y: not larger
+    assert not torch.allclose(ntk[:, :q], ext[:, :q])  # x: twice as long -> base raised
+    assert (ntk[:, :q] <= ext[:, :q] + 1e-12).all()  # a larger base only slows rotation
+
+
+def test_rope2d_ntk_with_smallest_head_dim(tiny):
+    """head_dim 4 (one frequency per axis, which is 1 whatever theta) must serve a larger grid."""
+    m = tiny("rope2d", embed_dim=16, num_heads=4).eval()
+    m.pos.method = "ntk"
+    cos, sin, _ = rope(m, (12, 12))
+    assert torch.equal(cos, rope(m, (12, 12), "extrapolate")[0])
+    with torch.no_grad():
+        m.pos.method = "ntk"
+        assert torch.isfinite(m(torch.randn(1, 3, 48, 48))).all()
+
+
+def test_rope2d_yarn_temperature(tiny):
+    m = tiny("rope2d")
+    cos, sin, _ = rope(m, TRAIN, "extrapolate")
+    cos_y, sin_y, scale = rope(m, TRAIN, "yarn")
+    assert torch.equal(cos_y, cos) and torch.equal(sin_y, sin) and scale == 1.0
+    assert rope(m, (6, 6), "yarn")[2] == 1.0
+    for grid in [(12, 12), (16, 8), (8, 24)]:
+        s = max(grid[0] / TRAIN[0], grid[1] / TRAIN[1])
+        scale = rope(m, grid, "yarn")[2]
+        assert scale > 1.0
+        assert scale == pytest.approx((0.1 * math.log(s) + 1) ** 2)
+    assert rope(m, (16, 16), "yarn")[2] > rope(m, (12, 12), "yarn")[2]
+
+
+# ---------------------------------------------------------------------------------------------
+# relbias
+# ---------------------------------------------------------------------------------------------
+
+
+def offsets(grid):
+    ys, xs = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
+    ys, xs = ys.flatten(), xs.flatten()
+    return ys[:, None] - ys[None, :], xs[:, None] - xs[None, :]
+
+
+def brute_index(h, w):
+    coords = list(itertools.product(range(h), range(w)))
+    idx = torch.empty(h * w, h * w, dtype=torch.long)
+    for i, (yi, xi) in enumerate(coords):
+        for j, (yj, xj) in enumerate(coords):
+            idx[i, j] = (yi - yj + h - 1) * (2 * w - 1) + (xi - xj + w - 1)
+    return idx
+
+
+@pytest.mark.parametrize("method", vitpos.POS_REGISTRY["relbias"].methods)
+@pytest.mark.parametrize("grid", [TRAIN, (6, 10), (12, 9)])
+def test_relbias_depends_only_on_offset(tiny, grid, method):
+    m = tiny("relbias")
+    m.pos.method = method
+    dy, dx = offsets(grid)
+    key = ((dy + grid[0]) * (2 * grid[1] + 1) + dx + grid[1]).flatten()
+    for a in m.pos.attention(grid):
+        bias = a.bias.detach().flatten(1)  # (heads, N*N)
+        assert a.bias.shape == (m.pos.num_heads, grid[0] * grid[1], grid[0] * grid[1])
+        k = key.expand_as(bias)
+        hi = torch.zeros(bias.shape[0], int(key.max()) + 1).scatter_reduce(1, k, bias, "amax", include_self=False)
+        lo = torch.zeros_like(hi).scatter_reduce(1, k, bias, "amin", include_self=False)
+        torch.testing.assert_close(hi.gather(1, k), lo.gather(1, k), rtol=0, atol=0)
+        assert bias.std() > 0  # not trivially constant
+
+
+@pytest.mark.parametrize("grid", [(1, 1), (3, 3), (4, 7), (7, 4), (8, 8)])
+def test_relative_position_index_brute_force_and_timm(grid):
+    idx = relative_position_index(grid)
+    assert torch.equal(idx, brute_index(*grid))
+    assert torch.equal(idx, gen_relative_position_index(grid))
+
+
+@pytest.mark.parametrize("method", vitpos.POS_REGISTRY["relbias"].methods)
+def test_relbias_training_grid_gathers_the_table(tiny, method):
+    m = tiny("relbias")
+    m.pos.method = method
+    table, table_grid = m.pos.table_for(TRAIN)
+    assert table is m.pos.table and table_grid == TRAIN
+    idx = brute_index(*TRAIN)
+    for layer, a in enumerate(m.pos.attention(TRAIN)):
+        torch.testing.assert_close(a.bias, m.pos.table[layer][idx].permute(2, 0, 1), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("grid", [(12, 12), (8, 15), (20, 5)])
+def test_relbias_clamp_uses_edge_entries_for_far_offsets(tiny, grid):
+    m = tiny("relbias")
+    m.pos.method = "clamp"
+    h, w = TRAIN
+    dy, dx = offsets(grid)
+    cy, cx = dy.clamp(-(h - 1), h - 1), dx.clamp(-(w - 1), w - 1)
+    idx = (cy + h - 1) * (2 * w - 1) + (cx + w - 1)
+    train_bias = m.pos.attention(TRAIN)
+    for layer, a in enumerate(m.pos.attention(grid)):
+        torch.testing.assert_close(a.bias, m.pos.table[layer][idx].permute(2, 0, 1), rtol=0, atol=0)
+        # token (last row, col 0) vs (0, 0): offset beyond range -> the trained (h-1, 0) entry
+        far = a.bias[:, (grid[0] - 1) * grid[1], 0]
+        torch.testing.assert_close(far, train_bias[layer].bias[:, (h - 1) * w, 0], rtol=0, atol=0)
+
+
+def test_relbias_resize_keeps_a_constant_table_constant(tiny):
+    m = tiny("relbias")
+    with torch.no_grad():
+        m.pos.table.fill_(0.25)
+    for a in m.pos.attention((12, 10)):
+        torch.testing.assert_close(a.bias, torch.full_like(a.bias, 0.25))
+
+
+@pytest.mark.parametrize("grid", [TRAIN, (12, 12), (5, 9)])
+def test_relbias_class_token_rows_and_cols_are_zero(tiny, grid):
+    m = tiny("relbias", class_token=True, global_pool="token")
+    n = grid[0] * grid[1]
+    for a in m.pos.attention(grid):
+        assert a.bias.shape == (m.pos.num_heads, n + 1, n + 1)
+        assert (a.bias[:, 0, :] == 0).all() and (a.bias[:, :, 0] == 0).all()
+        assert (a.bias[:, 1:, 1:] != 0).any()
+    m.num_prefix_tokens = m.pos.num_prefix_tokens = 0  # the same scheme without the prefix: the patch block
+    torch.testing.assert_close(m.pos.bias(grid)[0], m.pos.attention(grid)[0].bias[:, :, :], rtol=0, atol=0)
+
+
+def test_relbias_gradients_and_cache(tiny):
+    m = tiny("relbias").eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        m(x)
+        misses = m.pos.cache_misses
+        m(x)
+    assert m.pos.cache_misses == misses
+    opt = torch.optim.SGD(m.parameters(), lr=0.5)
+    with_grads(m)
+    opt.step()
+    m.eval()
+    misses = m.pos.cache_misses
+    with torch.no_grad():
+        m(x)  # the stepped table: recomputed
+        after_step = m.pos.cache_misses
+        m(x)
+    assert after_step > misses
+    assert m.pos.cache_misses == after_step
+
+
+# ---------------------------------------------------------------------------------------------
+# sincos2d
+# ---------------------------------------------------------------------------------------------
+
+
+def sincos_by_hand(grid, dim, temperature=10000.0):
+    q = dim // 4
+    w = temperature ** (-torch.arange(q, dtype=torch.float64) / q)
+    ys, xs = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
+    y, x = ys.reshape(-1, 1) * w, xs.reshape(-1, 1) * w
+    return torch.cat([torch.sin(y), torch.cos(y), torch.sin(x), torch.cos(x)], dim=1).float()
+
+
+@pytest.mark.parametrize("grid", [TRAIN, (6, 10), (16, 16)])
+def test_sincos2d_formula_bounds_distinct_and_timm(tiny, grid):
+    m = tiny("sincos2d")
+    table = m.pos.table_for(grid)[0]
+    d = m.pos.dim
+    assert table.shape == (grid[0] * grid[1], d)
+    assert table.abs().max() <= 1.0
+    torch.testing.assert_close(table, sincos_by_hand(grid, d), atol=1e-6, rtol=0)
+    dist = torch.cdist(table.double(), table.double()) + torch.eye(len(table)) * 10
+    assert dist.min() > 1e-3
+    q = d // 4
+    t = build_sincos2d_pos_embed(list(grid), dim=d)  # [sin_y, sin_x, cos_y, cos_x]
+    ours_from_timm = torch.cat([t[:, :q], t[:, 2 * q : 3 * q], t[:, q : 2 * q], t[:, 3 * q :]], dim=1)
+    torch.testing.assert_close(table, ours_from_timm, atol=1e-5, rtol=0)
+
+
+def test_sincos2d_tokens_add_the_table(tiny):
+    m = tiny("sincos2d")
+    x = torch.randn(2, 6 * 10, m.pos.dim)
+    torch.testing.assert_close(m.pos.tokens(x, (6, 10)), x + sincos_by_hand((6, 10), m.pos.dim))
+
+
+def test_sincos2d_interpolate(tiny):
+    m = tiny("sincos2d")
+    ext = m.pos.table_for(TRAIN).clone()
+    m.pos.method = "interpolate"
+    torch.testing.assert_close(m.pos.table_for(TRAIN), ext, rtol=0, atol=0)
+    big = m.pos.table_for((16, 16))[0]
+    even = (torch.arange(16)[::2, None] * 16 + torch.arange(16)[None, ::2]).flatten()
+    torch.testing.assert_close(big[even], ext[0], atol=1e-6, rtol=0)  # positions scaled onto the trained range
+    m.pos.method = "extrapolate"
+    assert not torch.allclose(m.pos.table_for((16, 16))[0], big)
+
+
+# ---------------------------------------------------------------------------------------------
+# learned
+# ---------------------------------------------------------------------------------------------
+
+
+def test_learned_training_grid_is_the_table(tiny):
+    m = tiny("learned")
+    assert m.pos.table_for(TRAIN) is m.pos.table
+    x = torch.randn(2, 64, m.pos.dim)
+    torch.testing.assert_close(m.pos.tokens(x, TRAIN), x + m.pos.table, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("grid", [(12, 12), (4, 4), (6, 10)])
+def test_learned_resample_matches_timm(tiny, grid):
+    m = tiny("learned")
+    with torch.no_grad():
+        ours = m.pos.table_for(grid)
+    ref = resample_abs_pos_embed(m.pos.table.detach(), list(grid), list(TRAIN), num_prefix_tokens=0)
+    assert ours.shape == (1, grid[0] * grid[1], m.pos.dim)
+    torch.testing.assert_close(ours, ref, rtol=0, atol=0)
+
+
+def test_learned_resample_is_differentiable(tiny):
+    m = tiny("learned").train()
+    m(torch.randn(2, 3, 48, 40)).square().mean().backward()
+    g = m.pos.table.grad
+    assert g is not None and torch.isfinite(g).all() and g.abs().sum() > 0
+
+
+def test_learned_cache_and_invalidation(tiny):
+    m = tiny("learned").eval()
+    with torch.no_grad():
+        misses = m.pos.cache_misses
+        first = m.pos.table_for((12, 12))
+        second = m.pos.table_for((12, 12))
+    assert m.pos.cache_misses == misses + 1
+    assert second is first
+    opt = torch.optim.SGD(m.parameters(), lr=0.5)
+    with_grads(m, (48, 48))
+    opt.step()
+    m.eval()
+    misses = m.pos.cache_misses
+    with torch.no_grad():
+        third = m.pos.table_for((12, 12))
+        assert m.pos.table_for((12, 12)) is third
+    assert m.pos.cache_misses == misses + 1
+    assert not torch.allclose(third, first)
+    torch.testing.assert_close(
+        third, resample_abs_pos_embed(m.pos.table.detach(), [12, 12], list(TRAIN), num_prefix_tokens=0)
+    )
