@@ -29,6 +29,8 @@ FLAG_FIELDS: dict[str, tuple[str, str]] = {
     "batch_size": ("data", "batch_size"),
     "num_workers": ("data", "num_workers"),
     "train_size": ("data", "train_size"),
+    "val_size": ("data", "val_size"),
+    "test_size": ("data", "test_size"),
     "hflip": ("data", "hflip"),
     "randaugment": ("data", "randaugment"),
     "mixup": ("data", "mixup"),
@@ -90,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--batch-size", type=int, help="per-device batch size")
     g.add_argument("--num-workers", type=int)
     g.add_argument("--train-size", type=int, help="shapes: number of generated training images")
+    g.add_argument("--val-size", type=int, help="shapes: number of validation images")
+    g.add_argument("--test-size", type=int, help="shapes: number of test images")
     g.add_argument("--hflip", action=argparse.BooleanOptionalAction)
     g.add_argument("--randaugment", help="timm RandAugment spec, e.g. rand-m9-mstd0.5-inc1")
     g.add_argument("--mixup", type=float)

@@ -36,7 +36,7 @@ def env_rank() -> int:
 def resolve_out(cfg: Config) -> Path:
     """Choose the run folder and make sure no earlier run is overwritten silently."""
     t = cfg.trainer
-    if os.environ.get(_OUT_ENV):
+    if env_rank() > 0 and os.environ.get(_OUT_ENV):  # a process the launcher started: same folder as rank 0
         return Path(os.environ[_OUT_ENV])
     if t.out is None:
         if t.resume:
