@@ -146,9 +146,7 @@ def _from_dict(cls: type, d: dict[str, Any], where: str) -> Any:
     known = {f.name: f for f in fields(cls)}
     unknown = set(d) - set(known)
     if unknown:
-        raise ConfigError(
-            f"unknown config key(s) {sorted(unknown)} in '{where or 'root'}'; valid: {sorted(known)}"
-        )
+        raise ConfigError(f"unknown config key(s) {sorted(unknown)} in '{where or 'root'}'; valid: {sorted(known)}")
     kwargs = {}
     for name, value in d.items():
         f = known[name]

@@ -136,9 +136,7 @@ class LitViT(L.LightningModule):
         total = max(1, int(self.trainer.estimated_stepping_batches))
         steps_per_epoch = max(1, total // max(1, self.trainer.max_epochs or 1))
         warmup = min(total, max(1, int(o.warmup_epochs * steps_per_epoch)))
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: warmup_cosine(s, warmup, total, o.min_lr_ratio)
-        )
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, warmup, total, o.min_lr_ratio))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def global_batch_size(self) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from torch import Tensor, nn
+from torch import nn
 
 STEMS: tuple[str, ...] = ("patch", "conv")
 
@@ -31,7 +31,11 @@ class ConvStem(nn.Sequential):
         c_in = in_chans
         for i in range(n):
             c_out = max(16, dim >> (n - 1 - i))  # ..., dim/4, dim/2, dim
-            layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
+            layers += [
+                nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False),
+                nn.BatchNorm2d(c_out),
+                nn.ReLU(inplace=True),
+            ]
             c_in = c_out
         layers.append(nn.Conv2d(c_in, dim, kernel_size=1))
         super().__init__(*layers)

@@ -79,7 +79,9 @@ def build_trainer(cfg: Config, out: Path) -> L.Trainer:
     ]
     if t.ckpt_every_n_steps:
         callbacks.append(
-            ModelCheckpoint(dirpath=out / "checkpoints", every_n_train_steps=t.ckpt_every_n_steps, save_top_k=0, save_last=True)
+            ModelCheckpoint(
+                dirpath=out / "checkpoints", every_n_train_steps=t.ckpt_every_n_steps, save_top_k=0, save_last=True
+            )
         )
     return L.Trainer(
         accelerator=t.accelerator,
@@ -189,5 +191,3 @@ def main(argv: list[str] | None = None) -> int:
         print("train.py: interrupted; the last checkpoint is kept", file=sys.stderr)
         return 130
     return 0
-
-
