@@ -1,4 +1,4 @@
-"""Training: flags reach the model, every scheme trains (fast_dev_run), checkpoints round-trip, bad input fails in one line."""
+"""Training: flags reach the model, every scheme trains, checkpoints round-trip, bad input fails in one line."""
 
 from __future__ import annotations
 
