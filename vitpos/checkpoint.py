@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import tempfile
 import zipfile
 from pathlib import Path
@@ -34,8 +35,10 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         ckpt = torch.load(p, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"refused to load {p}: it holds objects that are not plain data ({first[:160]})") from None
+        found = re.search(r"(?:unsupported|Unsupported global:) GLOBAL ([\w.]+)", str(e))
+        if found:  # the file asks to import and call something: never done
+            raise ConfigError(f"refused to load {p}: it would run code ({found.group(1)}), not plain data") from None
+        raise ConfigError(f"checkpoint {p} is truncated or corrupt (not a torch checkpoint)") from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
         raise ConfigError(f"checkpoint {p} is truncated or corrupt ({type(e).__name__})") from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "config" not in ckpt.get("hyper_parameters", {}):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 import torch.nn.functional as F
 from timm.data import Mixup
@@ -138,6 +140,31 @@ class LitViT(L.LightningModule):
         warmup = min(total, max(1, int(o.warmup_epochs * steps_per_epoch)))
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, warmup, total, o.min_lr_ratio))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # RNG states travel in the checkpoint as plain tensors (safe to load with weights_only=True),
+    # so a resumed run draws the same shuffles and augmentations as an uninterrupted one.
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        version, state, gauss = random.getstate()
+        np_state = np.random.get_state()
+        checkpoint["rng"] = {
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "python": {"version": version, "state": torch.tensor(state, dtype=torch.int64), "gauss": gauss},
+            "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
+                      "has_gauss": int(np_state[3]), "cached": float(np_state[4])},
+        }  # fmt: skip
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        rng = checkpoint.get("rng")
+        if not rng:
+            return
+        torch.set_rng_state(rng["torch"])
+        if rng["cuda"] and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        py = rng["python"]
+        random.setstate((py["version"], tuple(py["state"].tolist()), py["gauss"]))
+        n = rng["numpy"]
+        np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
 
     def global_batch_size(self) -> int:
         """Per-device batch x devices x nodes: the batch one optimizer step sees."""

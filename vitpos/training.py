@@ -65,22 +65,29 @@ def resolve_out(cfg: Config) -> Path:
 
 def build_trainer(cfg: Config, out: Path) -> L.Trainer:
     t = cfg.trainer
+    ckpt_dir = out / "checkpoints"
+    # Lightning's save_last only writes when a top-k file was written, so `last.ckpt` gets its own
+    # callbacks: every epoch, and every N steps if asked. The best-by-val checkpoint comes first so
+    # that `trainer.checkpoint_callback` is it.
     callbacks = [
         ModelCheckpoint(
-            dirpath=out / "checkpoints",
+            dirpath=ckpt_dir,
             filename="best-epoch{epoch:03d}",
             auto_insert_metric_name=False,
             monitor="val/top1",
             mode="max",
             save_top_k=1,
-            save_last=True,
         ),
+        ModelCheckpoint(dirpath=ckpt_dir, filename="last", enable_version_counter=False),
         LearningRateMonitor(logging_interval="step"),
     ]
     if t.ckpt_every_n_steps:
         callbacks.append(
             ModelCheckpoint(
-                dirpath=out / "checkpoints", every_n_train_steps=t.ckpt_every_n_steps, save_top_k=0, save_last=True
+                dirpath=ckpt_dir,
+                filename="last",
+                enable_version_counter=False,
+                every_n_train_steps=t.ckpt_every_n_steps,
             )
         )
     return L.Trainer(
@@ -98,6 +105,8 @@ def build_trainer(cfg: Config, out: Path) -> L.Trainer:
         fast_dev_run=t.fast_dev_run,
         log_every_n_steps=t.log_every_n_steps,
         enable_model_summary=False,
+        # On resume the sanity-check pass would draw from the RNG just restored and shift every later shuffle.
+        num_sanity_val_steps=0 if t.resume else 2,
     )
 
 
