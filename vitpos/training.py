@@ -175,6 +175,7 @@ def run(cfg: Config) -> dict:
             out_dir=out / "resolution",
             trainer_kwargs={"accelerator": cfg.trainer.accelerator, "devices": cfg.trainer.devices,
                             "strategy": cfg.trainer.strategy, "num_nodes": cfg.trainer.num_nodes},
+            overwrite=cfg.trainer.resume,  # a resumed run re-sweeps its own final checkpoint
         )  # fmt: skip
     return results
 

@@ -1,0 +1,270 @@
+"""The resolution-transfer evaluator: transfer methods at the model level, the sweep, DDP counting, the CLI
+and the notebook. One tiny checkpoint (rope2d, 16 px, 45 validation images) serves the whole module."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import vitpos
+from vitpos import evaluate as ev
+from vitpos.config import Config
+
+ROOT = Path(__file__).resolve().parents[1]
+VAL_SIZE = 45  # odd: a DistributedSampler on 2 ranks would pad it to 46
+TRAIN_RES = 16
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env.pop("VITPOS_RUN_OUT", None)
+    return env
+
+
+def _run_cli(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "vitpos.evaluate", *args],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """Train rope2d for 4 steps through training.run, which also runs its own sweep (the train.py hook)."""
+    from vitpos.training import _OUT_ENV, run
+
+    out = tmp_path_factory.mktemp("evaluate") / "run"
+    cfg = Config()
+    m, d = cfg.model, cfg.data
+    m.pos, m.img_size, m.embed_dim, m.depth, m.num_heads = "rope2d", TRAIN_RES, 32, 2, 2
+    d.train_size, d.val_size, d.test_size, d.batch_size = 256, VAL_SIZE, 16, 64
+    cfg.optim.epochs = 1
+    cfg.trainer.out = str(out)
+    cfg.trainer.eval_resolutions = [TRAIN_RES, 24]
+    saved = os.environ.pop(_OUT_ENV, None)  # run() hands its folder on through this variable
+    try:
+        run(cfg)
+    finally:
+        os.environ.pop(_OUT_ENV, None)
+        if saved is not None:
+            os.environ[_OUT_ENV] = saved
+    return out
+
+
+@pytest.fixture(scope="session")
+def ckpt(tiny_run) -> Path:
+    return tiny_run / "checkpoints" / "last.ckpt"
+
+
+def _model(pos: str) -> vitpos.ViT:
+    torch.manual_seed(0)
+    return vitpos.create_model(pos, img_size=TRAIN_RES, embed_dim=32, depth=2, num_heads=2, num_classes=5).eval()
+
+
+# -- methods at the model level -------------------------------------------------------------------
+@pytest.mark.parametrize("pos", vitpos.POS_SCHEMES)
+def test_every_method_is_the_trained_model_at_the_training_grid(pos, one_thread):
+    model = _model(pos)
+    x = torch.randn(3, 3, TRAIN_RES, TRAIN_RES)
+    with torch.no_grad():
+        reference = model(x)  # default method
+        for method in model.pos.methods:
+            model.pos.method = method
+            assert torch.equal(model(x), reference), f"{pos}/{method} changes the model at its training grid"
+
+
+@pytest.mark.parametrize("pos", vitpos.POS_SCHEMES)
+@pytest.mark.parametrize("hw", [(24, 24), (8, 8), (16, 28)])
+def test_every_method_at_a_new_grid_is_finite_and_deterministic(pos, hw, one_thread):
+    model = _model(pos)
+    x = torch.randn(2, 3, *hw)
+    with torch.no_grad():
+        for method in model.pos.methods:
+            model.pos.method = method
+            first = model(x)
+            model.pos.method = method  # clears the scheme's cache: the second call recomputes
+            assert torch.isfinite(first).all(), f"{pos}/{method} at {hw}"
+            assert torch.equal(model(x), first), f"{pos}/{method} at {hw} is not deterministic"
+
+
+def test_evaluate_model_restores_the_default_method(ckpt, one_thread):
+    from vitpos.checkpoint import model_from_checkpoint
+
+    _, model = model_from_checkpoint(ckpt)
+    data = torch.utils.data.TensorDataset(torch.randn(5, 3, 24, 24), torch.zeros(5, dtype=torch.long))
+    counts = ev.evaluate_model(model, [(data, "ntk"), (data, "yarn")], ev.make_trainer(), batch_size=2)
+    assert [n for _, n in counts] == [5, 5]
+    assert model.pos.method == model.pos.methods[0]
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+def test_parse_resolution():
+    assert ev.parse_resolution("32") == 32
+    assert ev.parse_resolution("24x48") == (24, 48)
+    assert ev.parse_resolution("32x32") == 32
+    for bad in ("0", "-8", "abc", "24x", "0x8"):
+        with pytest.raises(ev.ConfigError):
+            ev.parse_resolution(bad)
+
+
+def test_shard_sampler_covers_every_index_once():
+    shards = [list(ev.ShardSampler(45, r, 4)) for r in range(4)]
+    assert sorted(sum(shards, [])) == list(range(45))
+    assert [len(s) for s in shards] == [12, 11, 11, 11]
+
+
+# -- the sweep ------------------------------------------------------------------------------------
+def test_sweep_writes_a_record_per_resolution_and_method(ckpt, tmp_path, one_thread):
+    records = ev.sweep_and_write([ckpt], [8, 16, 24, 32, "16x24"], tmp_path)
+    methods = vitpos.POS_REGISTRY["rope2d"].methods
+    got = {(r["resolution"], r["method"]) for r in records}
+    assert got == {(res, m) for res in (8, 16, 24, 32, "16x24") for m in methods}
+    assert len(records) == len(got)
+    for r in records:
+        assert r["samples"] == VAL_SIZE and 0.0 <= r["top1"] <= 1.0
+        assert (r["scheme"], r["stem"], r["train_resolution"], r["checkpoint"]) == ("rope2d", "patch", 16, str(ckpt))
+    non_square = [r for r in records if r["resolution"] == "16x24"]
+    assert {(r["height"], r["width"], r["grid"]) for r in non_square} == {(16, 24, "4x6")}
+    # At the training resolution every method is the trained model: identical counts.
+    assert len({r["correct"] for r in records if r["resolution"] == TRAIN_RES}) == 1
+
+    on_disk = json.loads((tmp_path / "resolution.json").read_text())
+    assert on_disk == records
+    for name in ev.RESULT_FILES:
+        assert (tmp_path / name).stat().st_size > 0
+    csv_lines = (tmp_path / "resolution.csv").read_text().splitlines()
+    assert len(csv_lines) == 1 + len(records) and csv_lines[0].startswith("checkpoint,scheme,stem,method")
+    md = (tmp_path / "resolution.md").read_text()
+    assert "| 16 (train) |" in md and "| rope2d/patch | yarn |" in md and "16x24" in md
+    assert (tmp_path / "resolution.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    with pytest.raises(ev.ConfigError, match="already holds"):  # never silently overwritten
+        ev.sweep_and_write([ckpt], [16], tmp_path)
+
+
+def test_training_run_hook_wrote_its_sweep(tiny_run):
+    records = ev.load_records(tiny_run / "resolution")
+    assert {r["resolution"] for r in records} == {TRAIN_RES, 24}
+
+
+def test_methods_a_scheme_lacks_are_skipped_and_unknown_ones_fail(ckpt, capsys, one_thread):
+    records = ev.sweep([ckpt], [24], methods=["interpolate", "bicubic"])  # bicubic: only `learned` has it
+    assert [r["method"] for r in records] == ["interpolate"]
+    assert "has no method bicubic; skipped" in capsys.readouterr().err
+    with pytest.raises(ev.ConfigError, match="nothing to evaluate"):
+        ev.sweep([ckpt], [24], methods=["bicubic"])
+    with pytest.raises(ev.ConfigError, match="unknown method"):
+        ev.sweep([ckpt], [24], methods=["telepathy"])
+
+
+def test_sweep_rejects_a_resolution_the_patch_size_does_not_divide(ckpt):
+    with pytest.raises(ev.ConfigError, match="multiple of the patch size"):
+        ev.sweep([ckpt], [18])
+
+
+# -- distributed ----------------------------------------------------------------------------------
+def test_ddp_on_two_cpu_processes_counts_every_image_once(ckpt, tmp_path, one_thread):
+    resolutions = ["12", "16", "16x24"]
+    single = ev.sweep([ckpt], resolutions, methods=["extrapolate", "interpolate"])
+    proc = _run_cli("--ckpt", str(ckpt), "--resolutions", *resolutions, "--methods", "extrapolate", "interpolate",
+                    "--devices", "2", "--strategy", "ddp", "--batch-size", "8", "--out", str(tmp_path))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    double = json.loads((tmp_path / "resolution.json").read_text())
+    key = ("resolution", "method", "top1", "correct", "samples")
+    got, want = [[r[k] for k in key] for r in double], [[r[k] for k in key] for r in single]
+    assert got == want, f"devices=2 {got}\ndevices=1 {want}\n{proc.stderr[-3000:]}"
+    assert all(r["samples"] == VAL_SIZE for r in double)
+
+
+# -- command line ---------------------------------------------------------------------------------
+def _one_line_error(proc_or_err, code=None):
+    err = proc_or_err if isinstance(proc_or_err, str) else proc_or_err.stderr
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert "Traceback" not in err
+    assert len(lines) == 1 and "error" in lines[0], err
+    return lines[0]
+
+
+def test_cli_missing_and_foreign_checkpoints_fail_in_one_line(tmp_path, capsys):
+    missing = _run_cli("--ckpt", str(tmp_path / "nope.ckpt"), "--resolutions", "32")  # the real process
+    assert missing.returncode != 0
+    assert "checkpoint not found" in _one_line_error(missing)
+
+    foreign = tmp_path / "foreign.ckpt"
+    torch.save({"weights": torch.zeros(2)}, foreign)
+    assert ev.main(["--ckpt", str(foreign), "--resolutions", "32"]) == 2
+    assert "not a vitpos checkpoint" in _one_line_error(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--resolutions", "0"], "positive"),
+        (["--resolutions", "-16"], "positive"),
+        (["--resolutions", "big"], "integer R or HxW"),
+        (["--resolutions", "18"], "multiple of the patch size"),
+        (["--resolutions", "16", "--methods", "telepathy"], "unknown method"),
+        (["--resolutions", "16", "--batch-size", "0"], "--batch-size"),
+    ],
+)
+def test_cli_bad_input_fails_in_one_line(ckpt, tmp_path, capsys, args, message):
+    code = ev.main(["--ckpt", str(ckpt), "--out", str(tmp_path), *args])
+    assert code != 0
+    assert message in _one_line_error(capsys.readouterr().err)
+    assert not (tmp_path / "resolution.json").exists()
+
+
+def test_cli_corrupt_checkpoint_and_overwrite(ckpt, tmp_path, capsys):
+    broken = tmp_path / "broken.ckpt"
+    broken.write_bytes(ckpt.read_bytes()[:1000])
+    assert ev.main(["--ckpt", str(broken), "--resolutions", "16"]) == 2
+    assert "truncated or corrupt" in _one_line_error(capsys.readouterr().err)
+
+    out = tmp_path / "out"
+    assert ev.main(["--ckpt", str(ckpt), "--resolutions", "16", "--methods", "yarn", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert ev.main(["--ckpt", str(ckpt), "--resolutions", "16", "--out", str(out)]) == 2
+    assert "--overwrite" in _one_line_error(capsys.readouterr().err)
+    assert ev.main(["--ckpt", str(ckpt), "--resolutions", "24", "--out", str(out), "--overwrite"]) == 0
+    assert {r["resolution"] for r in ev.load_records(out)} == {24}
+
+
+def test_default_out_is_beside_the_checkpoint(ckpt):
+    assert ev.default_out(ckpt) == ckpt.parent / "last-resolution"
+
+
+# -- notebook -------------------------------------------------------------------------------------
+def test_notebook_executes_on_a_tiny_result(tmp_path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    records = [
+        {"checkpoint": f"runs/{pos}/last.ckpt", "scheme": pos, "stem": "patch", "method": m, "resolution": r,
+         "height": r, "width": r, "train_resolution": 32, "top1": 0.5 + 0.01 * r / 8, "samples": 10}
+        for pos, methods in (("rope2d", ("extrapolate", "ntk")), ("learned", ("bicubic",)))
+        for m in methods
+        for r in (24, 32, 48)
+    ]  # fmt: skip
+    path = tmp_path / "resolution.json"
+    path.write_text(json.dumps(records))
+    monkeypatch.setenv("VITPOS_RESOLUTION_JSON", str(path))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    nb = nbformat.read(ROOT / "notebooks" / "resolution_transfer.ipynb", as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "store the notebook without outputs"
+    nbclient.NotebookClient(
+        nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(ROOT)}}
+    ).execute()
+    text = "".join(o.get("text", "") + str(o.get("data", {}).get("text/markdown", ""))
+                   for c in nb.cells if c.cell_type == "code" for o in c.outputs)  # fmt: skip
+    assert "rope2d/patch" in text and "bicubic" in text

@@ -1,0 +1,527 @@
+"""Resolution transfer: evaluate trained checkpoints at other resolutions, with every way each
+position scheme offers to serve a grid it was not trained on.
+
+    python -m vitpos.evaluate --ckpt runs/a/checkpoints/last.ckpt runs/b/checkpoints/last.ckpt \\
+        --resolutions 24 32 48 64 32x64
+
+For each checkpoint x method x resolution the model's scheme is switched to that method
+(``model.pos.method = m``) and top-1 is counted on the evaluation set rendered (``shapes``) or
+resized (real images, ``--resize`` / ``--crop-ratio``) to that resolution. The results land in
+``DIR/resolution.{json,csv,md,png}``.
+
+Distributed evaluation (``--devices N --strategy ddp``) counts every image exactly once: each
+rank reads the shard ``indices[rank::world]`` (no DistributedSampler, which pads with
+duplicates), and the (correct, total) counts are summed across ranks. Only rank 0 writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import logging
+import os
+import re
+import sys
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, Sampler, Subset
+
+from .config import Config, ConfigError
+from .model import ViT
+
+Resolution = int | tuple[int, int]
+RESULT_FILES = ("resolution.json", "resolution.csv", "resolution.md", "resolution.png")
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+def parse_resolution(text: str | int | Sequence[int]) -> Resolution:
+    """'32' -> 32, '24x48' -> (24, 48) (height x width), (H, H) -> H; anything else is a ConfigError."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        hw = (text, text)
+    elif isinstance(text, str) and re.fullmatch(r"\s*-?\d+\s*", text):
+        hw = (int(text), int(text))
+    elif isinstance(text, str) and re.fullmatch(r"\s*-?\d+\s*[xX]\s*-?\d+\s*", text):
+        h, w = re.split(r"[xX]", text)
+        hw = (int(h), int(w))
+    elif isinstance(text, tuple | list) and len(text) == 2 and all(isinstance(v, int) for v in text):
+        hw = (int(text[0]), int(text[1]))
+    else:
+        raise ConfigError(f"resolution must be an integer R or HxW (e.g. 32 or 24x48), got {text!r}")
+    if hw[0] <= 0 or hw[1] <= 0:
+        raise ConfigError(f"resolution must be positive, got {text!r}")
+    return hw[0] if hw[0] == hw[1] else hw
+
+
+def to_hw(resolution: Resolution) -> tuple[int, int]:
+    return (resolution, resolution) if isinstance(resolution, int) else (int(resolution[0]), int(resolution[1]))
+
+
+def resolution_label(resolution: Resolution) -> str:
+    h, w = to_hw(resolution)
+    return str(h) if h == w else f"{h}x{w}"
+
+
+@dataclass
+class EvalData:
+    """Overrides of the checkpoint's data config for evaluation; None keeps the checkpoint's value."""
+
+    name: str | None = None
+    data_dir: str | None = None
+    crop_ratio: float | None = None
+    eval_resize: str | None = None
+    batch_size: int | None = None
+    num_workers: int | None = None
+    split: str = "val"
+    limit: int | None = None  # only the first `limit` images of the split (quick checks)
+
+
+# -- distributed counting -------------------------------------------------------------------------
+class ShardSampler(Sampler[int]):
+    """Indices rank, rank + world, ...: every item on exactly one rank, no padding, no duplicates."""
+
+    def __init__(self, length: int, rank: int = 0, world_size: int = 1):
+        self.indices = range(rank, length, world_size)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class TransferEval(L.LightningModule):
+    """Counts top-1 hits of ``model`` on one dataloader per (resolution, method).
+
+    ``jobs[i] = (dataset, method)`` is test dataloader i. ``counts[i] = (correct, seen)`` on this
+    rank; :func:`evaluate_model` sums them across ranks after ``trainer.test`` returns, so a rank
+    with an empty shard cannot leave the others waiting.
+    """
+
+    def __init__(self, model: ViT, jobs: list[tuple[Dataset, str]], batch_size: int, num_workers: int = 0):
+        super().__init__()
+        self.model = model
+        self.jobs, self.batch_size, self.num_workers = jobs, batch_size, num_workers
+        self.counts = torch.zeros(len(jobs), 2, dtype=torch.long)
+
+    def test_dataloader(self) -> list[DataLoader]:
+        rank, world = self.trainer.global_rank, self.trainer.world_size  # known only once launched
+        return [
+            DataLoader(
+                ds,
+                batch_size=self.batch_size,
+                sampler=ShardSampler(len(ds), rank, world),  # type: ignore[arg-type]
+                num_workers=self.num_workers,
+            )
+            for ds, _ in self.jobs
+        ]
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        images, labels = batch
+        method = self.jobs[dataloader_idx][1]
+        if self.model.pos.method != method:  # the setter clears the scheme's cache: switch only when needed
+            self.model.pos.method = method
+        hits = (self.model(images).argmax(dim=-1) == labels).sum()
+        self.counts[dataloader_idx, 0] += int(hits)
+        self.counts[dataloader_idx, 1] += labels.shape[0]
+
+
+def make_trainer(trainer_kwargs: dict[str, Any] | None = None) -> L.Trainer:
+    """A quiet Trainer for evaluation; accelerator/devices/strategy/num_nodes (and precision) pass through."""
+    kw = {"accelerator": "cpu", "devices": 1, "strategy": "auto", "num_nodes": 1}
+    kw.update({k: v for k, v in (trainer_kwargs or {}).items() if v is not None})
+    return L.Trainer(
+        **kw,
+        use_distributed_sampler=False,  # its padding would count some images twice
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        inference_mode=True,
+    )
+
+
+def evaluate_model(
+    model: ViT,
+    jobs: list[tuple[Dataset, str]],
+    trainer: L.Trainer,
+    batch_size: int = 256,
+    num_workers: int = 0,
+) -> list[tuple[int, int]]:
+    """(correct, seen) summed over all ranks for each (dataset, method) job; the same on every rank."""
+    module = TransferEval(model, jobs, batch_size, num_workers)
+    default = model.pos.method
+    try:
+        trainer.test(module, verbose=False)
+    finally:
+        model.pos.method = default
+    counts = module.counts.to(trainer.strategy.root_device)
+    counts = trainer.strategy.reduce(counts, reduce_op="sum")  # all_reduce under DDP; identity alone
+    return [(int(c), int(n)) for c, n in counts.cpu().tolist()]
+
+
+# -- the sweep ------------------------------------------------------------------------------------
+def _note(msg: str) -> None:
+    if _rank() == 0:
+        print(f"vitpos.evaluate: {msg}", file=sys.stderr, flush=True)
+
+
+def _rank() -> int:
+    for var in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
+        if var in os.environ:
+            return int(os.environ[var])
+    return 0
+
+
+def _eval_config(cfg: Config, data: EvalData) -> Config:
+    d = cfg.data
+    if data.name is not None and data.name != d.name:
+        d.name, d.data_dir = data.name, None
+    for field, value in (("data_dir", data.data_dir), ("crop_ratio", data.crop_ratio),
+                         ("eval_resize", data.eval_resize), ("batch_size", data.batch_size),
+                         ("num_workers", data.num_workers)):  # fmt: skip
+        if value is not None:
+            setattr(d, field, value)
+    return cfg
+
+
+@dataclass
+class _Plan:
+    path: Path
+    cfg: Config
+    model: ViT
+    methods: list[str]
+
+
+def _plan(
+    ckpt_paths: Sequence[str | Path], resolutions: Sequence[Resolution], methods: Sequence[str] | None
+) -> list[_Plan]:
+    """Load every checkpoint and check every input before anything is evaluated."""
+    from .checkpoint import model_from_checkpoint
+
+    if not ckpt_paths:
+        raise ConfigError("no checkpoint given (--ckpt FILE ...)")
+    if not resolutions:
+        raise ConfigError("no resolution given (--resolutions R ...)")
+    plans = []
+    for p in ckpt_paths:
+        cfg, model = model_from_checkpoint(p)
+        for r in resolutions:
+            h, w = to_hw(r)
+            if h % model.patch_size or w % model.patch_size:
+                raise ConfigError(
+                    f"resolution {resolution_label(r)} is not a multiple of the patch size {model.patch_size} of {p}"
+                )
+        plans.append(_Plan(Path(p), cfg, model, list(model.pos.methods)))
+    if methods:
+        from .pos import POS_REGISTRY
+
+        known = {m: None for cls in POS_REGISTRY.values() for m in cls.methods}
+        unknown = [m for m in methods if m not in known]
+        if unknown:
+            raise ConfigError(f"unknown method(s) {', '.join(unknown)}; valid: {', '.join(known)}")
+        for plan in plans:
+            lacking = [m for m in methods if m not in plan.model.pos.methods]
+            if lacking:
+                _note(f"{plan.path}: scheme '{plan.cfg.model.pos}' has no method {', '.join(lacking)}; skipped")
+            plan.methods = [m for m in methods if m in plan.model.pos.methods]
+        if not any(plan.methods for plan in plans):
+            raise ConfigError(f"nothing to evaluate: no checkpoint's scheme offers {', '.join(methods)}")
+    return plans
+
+
+def sweep(
+    ckpt_paths: Sequence[str | Path],
+    resolutions: Sequence[Resolution | str],
+    *,
+    methods: Sequence[str] | None = None,
+    data: EvalData | None = None,
+    trainer_kwargs: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Evaluate every checkpoint x method x resolution; the records, the same on every rank."""
+    from .data import build_datamodule
+
+    data = data or EvalData()
+    res = [parse_resolution(r) for r in resolutions]
+    res = list(dict.fromkeys(res))  # keep order, drop repeats
+    plans = _plan(ckpt_paths, res, methods)
+    trainer = make_trainer(trainer_kwargs)
+    records = []
+    for plan in plans:
+        if not plan.methods:
+            continue
+        cfg = _eval_config(plan.cfg, data)
+        dm = build_datamodule(cfg.data, img_size=cfg.model.img_size, seed=cfg.trainer.seed)
+        if (dm.num_classes, dm.in_chans) != (cfg.model.num_classes, cfg.model.in_chans):
+            raise ConfigError(
+                f"data set '{cfg.data.name}' has {dm.num_classes} classes and {dm.in_chans} channel(s), but "
+                f"{plan.path} was trained for {cfg.model.num_classes} and {cfg.model.in_chans}"
+            )
+        datasets = {r: dm.eval_dataset(r, data.split) for r in res}
+        if data.limit is not None:
+            datasets = {r: Subset(ds, range(min(data.limit, len(ds)))) for r, ds in datasets.items()}
+        jobs = [(datasets[r], m) for r in res for m in plan.methods]
+        counts = evaluate_model(plan.model, jobs, trainer, cfg.data.batch_size, cfg.data.num_workers)
+        for (r, m), (correct, seen) in zip([(r, m) for r in res for m in plan.methods], counts, strict=True):
+            h, w = to_hw(r)
+            records.append(
+                {
+                    "checkpoint": str(plan.path),
+                    "scheme": cfg.model.pos,
+                    "stem": cfg.model.stem,
+                    "method": m,
+                    "default_method": m == plan.model.pos.methods[0],
+                    "resolution": h if h == w else f"{h}x{w}",
+                    "height": h,
+                    "width": w,
+                    "train_resolution": cfg.model.img_size,
+                    "patch_size": cfg.model.patch_size,
+                    "grid": f"{h // cfg.model.patch_size}x{w // cfg.model.patch_size}",
+                    "data": cfg.data.name,
+                    "split": data.split,
+                    "eval_resize": cfg.data.eval_resize,
+                    "crop_ratio": cfg.data.crop_ratio,
+                    "top1": correct / seen if seen else float("nan"),
+                    "correct": correct,
+                    "samples": seen,
+                }
+            )
+    return records
+
+
+# -- reports --------------------------------------------------------------------------------------
+def run_labels(records: list[dict[str, Any]]) -> dict[str, str]:
+    """checkpoint -> 'scheme/stem', with the checkpoint's run folder added where two would clash."""
+    by_ckpt = {r["checkpoint"]: f"{r['scheme']}/{r['stem']}" for r in records}
+    clash = {lab for lab in by_ckpt.values() if list(by_ckpt.values()).count(lab) > 1}
+    labels = {}
+    for ckpt, lab in by_ckpt.items():
+        if lab in clash:
+            p = Path(ckpt)
+            run = p.parent.parent.name if p.parent.name == "checkpoints" else p.parent.name
+            lab = f"{lab} ({run}/{p.stem})"
+        labels[ckpt] = lab
+    return labels
+
+
+def _sorted_resolutions(records: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    hws = {(r["height"], r["width"]) for r in records}
+    return sorted(hws, key=lambda hw: (hw[0] * hw[1], hw[0] != hw[1], hw))
+
+
+def markdown_table(records: list[dict[str, Any]]) -> str:
+    """Rows run x method, columns resolutions; top-1 in %, bold at the row's training resolution."""
+    labels = run_labels(records)
+    cols = _sorted_resolutions(records)
+    trains = {r["train_resolution"] for r in records}
+
+    def head(hw: tuple[int, int]) -> str:
+        lab = f"{hw[0]}" if hw[0] == hw[1] else f"{hw[0]}x{hw[1]}"
+        return f"{lab} (train)" if hw[0] == hw[1] and hw[0] in trains else lab
+
+    rows: dict[tuple[str, str], dict] = {}
+    for r in records:
+        key = (r["checkpoint"], r["method"])
+        rows.setdefault(key, {"label": labels[r["checkpoint"]], "method": r["method"], "train": r["train_resolution"]})
+        rows[key][(r["height"], r["width"])] = r["top1"]
+    lines = [
+        "| scheme/stem | method | " + " | ".join(head(c) for c in cols) + " |",
+        "|---|---|" + "---:|" * len(cols),
+    ]
+    for row in rows.values():
+        cells = []
+        for c in cols:
+            v = row.get(c)
+            text = "" if v is None else f"{100 * v:.1f}"
+            cells.append(f"**{text}**" if text and c == (row["train"], row["train"]) else text)
+        lines.append(f"| {row['label']} | {row['method']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(records: list[dict[str, Any]], ax=None):
+    """Top-1 vs resolution, one line per run x method, a dashed vertical line at each training resolution.
+
+    The x axis is the side of the equal-area square, sqrt(H*W), so non-square resolutions have a place.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.5, 4.8))
+    labels = run_labels(records)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    styles = ["-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 2))]
+    markers = ["o", "s", "^", "D", "v", "P"]
+    for i, ckpt in enumerate(labels):
+        mine = [r for r in records if r["checkpoint"] == ckpt]
+        methods = list(dict.fromkeys(r["method"] for r in mine))
+        for j, m in enumerate(methods):
+            pts = sorted((r for r in mine if r["method"] == m), key=lambda r: r["height"] * r["width"])
+            x = [(r["height"] * r["width"]) ** 0.5 for r in pts]
+            y = [100 * r["top1"] for r in pts]
+            ax.plot(x, y, color=colours[i % len(colours)], linestyle=styles[j % len(styles)],
+                    marker=markers[j % len(markers)], markersize=4, label=f"{labels[ckpt]} · {m}")  # fmt: skip
+    for t in sorted({r["train_resolution"] for r in records}):
+        ax.axvline(t, color="0.4", linestyle="--", linewidth=1)
+        ax.annotate(f"train {t}", (t, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -12),
+                    textcoords="offset points", fontsize=8, color="0.3")  # fmt: skip
+    cols = _sorted_resolutions(records)
+    ax.set_xticks([(h * w) ** 0.5 for h, w in cols], [str(h) if h == w else f"{h}x{w}" for h, w in cols])
+    ax.set_xlabel("test resolution (px)")
+    ax.set_ylabel("top-1 (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2 if len(ax.lines) > 8 else 1, loc="best")
+    return ax
+
+
+def write_results(records: list[dict[str, Any]], out_dir: str | Path) -> Path:
+    """DIR/resolution.json, .csv, .md (markdown table) and .png (plot)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "resolution.json").write_text(json.dumps(records, indent=2) + "\n")
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(records[0]))
+    writer.writeheader()
+    writer.writerows(records)
+    (out / "resolution.csv").write_text(buf.getvalue())
+    first = records[0]
+    split_note = f"{first['data']} {first['split']} split"
+    (out / "resolution.md").write_text(
+        f"# Resolution transfer: top-1 (%) on {split_note}\n\n"
+        "Bold: the row's training resolution. Samples per cell: "
+        f"{', '.join(sorted({str(r['samples']) for r in records}))}.\n\n" + markdown_table(records)
+    )
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    plot(records, ax)
+    ax.set_title(f"Resolution transfer ({split_note})")
+    fig.tight_layout()
+    fig.savefig(out / "resolution.png", dpi=120)
+    plt.close(fig)
+    return out
+
+
+def load_records(path: str | Path) -> list[dict[str, Any]]:
+    """Read an evaluator's resolution.json (or the folder holding it)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "resolution.json"
+    return json.loads(p.read_text())
+
+
+def default_out(ckpt: str | Path) -> Path:
+    """``<folder of the checkpoint>/<checkpoint stem>-resolution``."""
+    p = Path(ckpt)
+    return p.parent / f"{p.stem}-resolution"
+
+
+def check_out(out_dir: str | Path, overwrite: bool) -> None:
+    """An earlier result in ``out_dir`` is an error unless ``overwrite``."""
+    existing = [f for f in RESULT_FILES if (Path(out_dir) / f).exists()]
+    if existing and not overwrite:
+        raise ConfigError(
+            f"{out_dir} already holds a resolution result ({existing[0]}); pass --overwrite or another --out"
+        )
+
+
+def sweep_and_write(
+    ckpt_paths: Sequence[str | Path],
+    resolutions: Sequence[Resolution | str],
+    out_dir: str | Path | None = None,
+    trainer_kwargs: dict[str, Any] | None = None,
+    *,
+    methods: Sequence[str] | None = None,
+    data: EvalData | None = None,
+    overwrite: bool = False,
+) -> list[dict[str, Any]]:
+    """Sweep and write the reports (rank 0); returns the records on every rank."""
+    out = Path(out_dir) if out_dir is not None else default_out(ckpt_paths[0])
+    if _rank() == 0:
+        check_out(out, overwrite)
+    records = sweep(ckpt_paths, resolutions, methods=methods, data=data, trainer_kwargs=trainer_kwargs)
+    if _rank() == 0:
+        write_results(records, out)
+        _note(f"{len(records)} results in {out}/resolution.{{json,csv,md,png}}")
+    return records
+
+
+# -- command line ---------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, like every other bad input
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m vitpos.evaluate",
+        description="Evaluate checkpoints at other resolutions with every resolution-transfer method of their scheme.",
+    )
+    p.add_argument("--ckpt", nargs="+", required=True, metavar="FILE", help="checkpoint(s) to evaluate")
+    p.add_argument("--resolutions", nargs="+", required=True, metavar="R", help="test resolutions: R or HxW")
+    p.add_argument("--methods", nargs="+", help="transfer methods (default: every method each scheme offers)")
+    p.add_argument("--data", "--data-name", dest="data", help="data set (default: the checkpoint's)")
+    p.add_argument("--data-dir", help="where the data set's files are (default: the checkpoint's)")
+    p.add_argument("--crop-ratio", type=float, help="eval crop ratio in (0, 1] (default: the checkpoint's)")
+    p.add_argument("--resize", choices=["crop", "full"], help="eval resize protocol (default: the checkpoint's)")
+    p.add_argument("--split", choices=["val", "test"], default="val")
+    p.add_argument("--batch-size", type=int, help="per-device batch size (default: the checkpoint's)")
+    p.add_argument("--num-workers", type=int)
+    p.add_argument("--limit", type=int, help="evaluate only the first N images of the split (quick checks)")
+    p.add_argument("--accelerator", default="cpu", help="cpu | gpu | auto")
+    p.add_argument("--devices", type=int, default=1)
+    p.add_argument("--strategy", default="auto", help="auto | ddp | ...")
+    p.add_argument("--num-nodes", type=int, default=1)
+    p.add_argument("--precision", default=None, help="e.g. 32-true (default), bf16-mixed")
+    p.add_argument("--out", help="output folder (default: <checkpoint folder>/<stem>-resolution)")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier result in --out")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no "GPU available" banner per sweep
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    try:
+        for flag, v in (
+            ("--batch-size", args.batch_size),
+            ("--devices", args.devices),
+            ("--num-nodes", args.num_nodes),
+        ):
+            if v is not None and v <= 0:
+                raise ConfigError(f"{flag} must be a positive integer, got {v}")
+        if args.limit is not None and args.limit <= 0:
+            raise ConfigError(f"--limit must be a positive integer, got {args.limit}")
+        if args.num_workers is not None and args.num_workers < 0:
+            raise ConfigError(f"--num-workers must be >= 0, got {args.num_workers}")
+        if args.crop_ratio is not None and not 0 < args.crop_ratio <= 1:
+            raise ConfigError(f"--crop-ratio must be in (0, 1], got {args.crop_ratio}")
+        resolutions = [parse_resolution(r) for r in args.resolutions]
+        data = EvalData(name=args.data, data_dir=args.data_dir, crop_ratio=args.crop_ratio, eval_resize=args.resize,
+                        batch_size=args.batch_size, num_workers=args.num_workers, split=args.split,
+                        limit=args.limit)  # fmt: skip
+        trainer_kwargs = {"accelerator": args.accelerator, "devices": args.devices, "strategy": args.strategy,
+                          "num_nodes": args.num_nodes, "precision": args.precision}  # fmt: skip
+        records = sweep_and_write(args.ckpt, resolutions, args.out, trainer_kwargs, methods=args.methods,
+                                  data=data, overwrite=args.overwrite)  # fmt: skip
+    except ConfigError as e:
+        print(f"vitpos.evaluate: error: {e}", file=sys.stderr)
+        return 2
+    if _rank() == 0:
+        print(markdown_table(records), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
