@@ -9,10 +9,12 @@ from einops import rearrange
 
 import vitpos
 from vitpos.pos.base import PosScheme
+from vitpos.pos.compose import Composition
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 IMAGES = [(32, 32), (48, 48), (32, 48), (24, 40), (16, 16)]  # training, larger, non-square, smaller
+BIAS_SCHEMES = {"relbias", "cpb"}  # the schemes (alone or in a composition) that add a logit bias
 SCHEME_METHODS = [(name, m) for name, cls in vitpos.POS_REGISTRY.items() for m in cls.methods]
 
 
@@ -160,7 +162,9 @@ def test_every_other_scheme_sees_position(tiny, name, stem, class_token, img):
 def test_registry_holds_the_five_schemes():
     assert {"learned", "sincos2d", "rope2d", "relbias", "none"} <= set(vitpos.POS_SCHEMES)
     assert tuple(vitpos.POS_REGISTRY) == vitpos.POS_SCHEMES
-    assert all(issubclass(c, PosScheme) and c.methods for c in vitpos.POS_REGISTRY.values())
+    # an entry is a scheme class, or a Composition ("a+b") that builds a ComposedPos; both carry methods
+    assert all((issubclass(c, PosScheme) if isinstance(c, type) else isinstance(c, Composition)) and c.methods
+               for c in vitpos.POS_REGISTRY.values())  # fmt: skip
     assert {"patch", "conv"} <= set(vitpos.STEMS)
 
 
@@ -206,7 +210,7 @@ def test_only_a_bias_scheme_passes_an_attn_mask(tiny, name, grid, monkeypatch):
     attn = m.pos.attention(grid)
     assert len(attn) == len(m.blocks)
     for a in attn:
-        if name == "relbias":
+        if set(name.split("+")) & BIAS_SCHEMES:
             assert a.bias is not None and a.bias.shape == (m.pos.num_heads, n, n)
         else:
             assert a.bias is None

@@ -31,12 +31,13 @@ def with_grads(m, img=(32, 32)):
 
 
 def pos_outputs(pos, grid) -> list[torch.Tensor]:
-    """Everything the scheme hands the ViT for ``grid``, as a flat list of tensors."""
+    """Everything the scheme hands the ViT for ``grid``, as a flat list of tensors (all three hooks)."""
     n = grid[0] * grid[1]
     out = [pos.tokens(torch.zeros(1, n, pos.dim), grid)]
     for a in pos.attention(grid):
         out += list(a.rope or ()) + ([a.bias] if a.bias is not None else []) + [torch.tensor(a.logit_scale)]
-    return out
+    x = torch.linspace(-1, 1, (pos.num_prefix_tokens + n) * pos.dim).reshape(1, -1, pos.dim)  # fixed input
+    return out + [pos.after_block(x, grid, i) for i in range(pos.depth)]
 
 
 # ---------------------------------------------------------------------------------------------

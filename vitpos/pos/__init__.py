@@ -1,20 +1,37 @@
-"""The registry of position schemes: name -> class. Adding a scheme is one file and one line here."""
+"""The registry of position schemes: name -> class. Adding a scheme is one file and one line here.
+
+A name "a+b" is a composition of registered schemes (see compose.py): its entry is a
+:class:`Composition`, called like a class and carrying ``methods`` like one.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .base import AttnPos, Grid, PosScheme
+from .compose import ComposedPos, Composition
+from .cpb import CpbPos
 from .learned import LearnedPos
 from .none import NoPos
+from .peg import PegPos
 from .relbias import RelBiasPos
 from .rope2d import Rope2dPos
+from .rope2d_mixed import Rope2dMixedPos
 from .sincos2d import SinCos2dPos
 
-POS_REGISTRY: dict[str, type[PosScheme]] = {
+_SINGLE: dict[str, type[PosScheme]] = {
     "learned": LearnedPos,
     "sincos2d": SinCos2dPos,
     "rope2d": Rope2dPos,
     "relbias": RelBiasPos,
     "none": NoPos,
+    "rope2d-mixed": Rope2dMixedPos,
+    "cpb": CpbPos,
+    "peg": PegPos,
+}
+POS_REGISTRY: dict[str, Callable[..., PosScheme]] = {
+    **_SINGLE,
+    **{name: Composition(name, _SINGLE) for name in ("rope2d+learned", "rope2d+peg", "relbias+peg")},
 }
 POS_SCHEMES: tuple[str, ...] = tuple(POS_REGISTRY)
 
@@ -26,4 +43,4 @@ def build_pos(name: str, **kwargs) -> PosScheme:
     return POS_REGISTRY[name](**kwargs)
 
 
-__all__ = ["POS_REGISTRY", "POS_SCHEMES", "AttnPos", "Grid", "PosScheme", "build_pos"]
+__all__ = ["POS_REGISTRY", "POS_SCHEMES", "AttnPos", "ComposedPos", "Composition", "Grid", "PosScheme", "build_pos"]

@@ -95,16 +95,16 @@ class PosScheme(nn.Module):
         Differentiable results are only cached when no gradient is recorded, so a
         training step always gets a fresh graph while evaluation never recomputes.
         A learned parameter changed in place (an optimizer step) bumps its ``_version``
-        and so misses the cache. Under torch.compile, results that depend on ``params``
-        are built inside the graph instead of cached.
+        and so misses the cache. Under torch.compile the cache is bypassed: the graph
+        builds what it needs itself (a few small ops, fused by the compiler).
         """
+        if torch.compiler.is_compiling():
+            # data_ptr()/_version are data-dependent (a graph break each), and the cache dict's
+            # contents and the miss counter would be guarded on (a recompile per fill, per step).
+            return build()
         grad_needed = torch.is_grad_enabled() and any(p.requires_grad for p in params)
         if grad_needed:
             self.cache_misses += 1
-            return build()
-        if params and torch.compiler.is_compiling():
-            # data_ptr()/_version are data-dependent to torch.compile (a graph break each);
-            # a compiled graph simply recomputes from the parameter, which is never stale.
             return build()
         full_key = (key, self._method, tuple((p.data_ptr(), p._version) for p in params))
         hit = self._cache.get(full_key)

@@ -53,6 +53,54 @@ def rope_cos_sin(angles: Tensor, num_prefix_tokens: int = 0) -> tuple[Tensor, Te
     return cos.float(), sin.float()
 
 
+def transfer_frequencies(
+    method: str,
+    fy: Tensor,
+    fx: Tensor,
+    grid: Grid,
+    train_grid: Grid,
+    *,
+    exponent: Tensor,
+    magnitude: Tensor,
+    head_dim: int,
+    yarn_alpha: float,
+    yarn_beta: float,
+) -> tuple[Tensor, Tensor, float]:
+    """Frequency components along rows (fy) and columns (fx) for ``grid`` under ``method``, and the logit scale.
+
+    Shared by ``rope2d`` (fixed axial frequencies) and ``rope2d-mixed`` (learned 2D ones); the
+    row component scales with the row factor s_y, the column component with s_x.
+    exponent: 4k/d of each frequency, its place on the ladder f_k = theta^(-4k/d); NTK's raised base
+    theta * s^(d'/(d'-2)) multiplies f_k by s^(-(4k/d) d'/(d'-2)).
+    magnitude: |f| of each frequency, which sets its wavelength for YaRN's ramp.
+    exponent and magnitude broadcast against fy and fx.
+    """
+    s_y, s_x = grid[0] / train_grid[0], grid[1] / train_grid[1]
+    if method == "interpolate":
+        return fy / s_y, fx / s_x, 1.0
+    if method == "ntk":
+        d_axis = head_dim // 2
+
+        def ntk(f: Tensor, s: float) -> Tensor:
+            if s <= 1 or d_axis <= 2:  # d_axis 2: the one frequency is theta^0 = 1 for any base
+                return f
+            return f * s ** (-exponent * (d_axis / (d_axis - 2)))
+
+        return ntk(fy, s_y), ntk(fx, s_x), 1.0
+    if method == "yarn":
+
+        def yarn(f: Tensor, s: float, train_len: int) -> Tensor:
+            if s <= 1:
+                return f
+            g = yarn_ramp(magnitude, train_len, yarn_alpha, yarn_beta)
+            return (1 - g) * f / s + g * f
+
+        s = max(s_y, s_x)
+        scale = (0.1 * math.log(s) + 1.0) ** 2 if s > 1 else 1.0
+        return yarn(fy, s_y, train_grid[0]), yarn(fx, s_x, train_grid[1]), scale
+    return fy, fx, 1.0  # extrapolate
+
+
 class Rope2dPos(PosScheme):
     """Axial 2D RoPE on q and k in every block; fixed frequencies, no parameters."""
 
@@ -66,30 +114,11 @@ class Rope2dPos(PosScheme):
     def axis_frequencies(self, grid: Grid) -> tuple[Tensor, Tensor, float]:
         """Per-axis frequencies (fy, fx) for ``grid`` under the current method, and the logit scale."""
         f = axial_frequencies(self.head_dim, self.theta)
-        s_y, s_x = grid[0] / self.train_grid[0], grid[1] / self.train_grid[1]
-        if self.method == "interpolate":
-            return f / s_y, f / s_x, 1.0
-        if self.method == "ntk":
-            d_axis = self.head_dim // 2
-
-            def ntk(s: float) -> Tensor:
-                if s <= 1 or d_axis <= 2:  # d_axis 2: the one frequency is theta^0 = 1 for any base
-                    return f
-                return axial_frequencies(self.head_dim, self.theta * s ** (d_axis / (d_axis - 2)))
-
-            return ntk(s_y), ntk(s_x), 1.0
-        if self.method == "yarn":
-
-            def yarn(s: float, train_len: int) -> Tensor:
-                if s <= 1:
-                    return f
-                g = yarn_ramp(f, train_len, self.yarn_alpha, self.yarn_beta)
-                return (1 - g) * f / s + g * f
-
-            s = max(s_y, s_x)
-            scale = (0.1 * math.log(s) + 1.0) ** 2 if s > 1 else 1.0
-            return yarn(s_y, self.train_grid[0]), yarn(s_x, self.train_grid[1]), scale
-        return f, f, 1.0  # extrapolate
+        exponent = 4.0 * torch.arange(len(f), dtype=torch.float64) / self.head_dim
+        return transfer_frequencies(
+            self.method, f, f, grid, self.train_grid, exponent=exponent, magnitude=f, head_dim=self.head_dim,
+            yarn_alpha=self.yarn_alpha, yarn_beta=self.yarn_beta,
+        )  # fmt: skip
 
     def angles(self, grid: Grid) -> tuple[Tensor, float]:
         """(N, d/2) rotation angles, x pairs first then y pairs, and the logit scale."""

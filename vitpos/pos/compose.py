@@ -1,0 +1,130 @@
+"""Compositions such as `rope2d+learned`: several schemes behind the one seam, with no new class per pair.
+
+:class:`ComposedPos` holds its parts in a ModuleDict keyed by scheme name (parameter names read
+``parts.learned.table``) and combines their hooks:
+
+* ``tokens``: applied in the order of the name (``rope2d+learned``: rope2d's, then learned's);
+* ``attention``: merged per block: at most one part may rotate q/k, biases are summed, logit
+  scales multiplied;
+* ``after_block``: chained in order;
+* ``no_weight_decay``: the union of the parts' sets, with their prefixes.
+
+Transfer methods are the product of the parts' methods, named by joining one method per part
+with "+" in the same order (``extrapolate+bicubic`` for ``rope2d+learned``); the first one, the
+default, joins the parts' defaults. Setting ``method`` splits the name and sets each part.
+
+Keyword arguments for one part go in a dict under its name, e.g.
+``pos_kwargs={"rope2d": {"theta": 10.0}, "learned": {"init_std": 0.02}}``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from .base import AttnPos, Grid, PosScheme
+
+
+def product_methods(method_lists: Sequence[Sequence[str]]) -> tuple[str, ...]:
+    """Every combination of one method per part, joined with "+"; the first joins the defaults."""
+    return tuple("+".join(combo) for combo in itertools.product(*method_lists))
+
+
+def merge_attention(parts: Sequence[AttnPos]) -> AttnPos:
+    """One block's AttnPos from its parts': at most one rope, biases summed, logit scales multiplied."""
+    ropes = [a.rope for a in parts if a.rope is not None]
+    if len(ropes) > 1:
+        raise ValueError("at most one part of a composition may rotate q and k")
+    biases = [a.bias for a in parts if a.bias is not None]
+    bias = None if not biases else biases[0] if len(biases) == 1 else torch.stack(biases).sum(0)
+    scale = 1.0
+    for a in parts:
+        scale *= a.logit_scale
+    return AttnPos(rope=ropes[0] if ropes else None, bias=bias, logit_scale=scale)
+
+
+class ComposedPos(PosScheme):
+    """Several position schemes applied together; see the module docstring for how hooks combine."""
+
+    def __init__(self, *, parts: Mapping[str, type[PosScheme]], **kw):
+        common = {k: kw.pop(k) for k in ("dim", "num_heads", "depth", "grid", "num_prefix_tokens") if k in kw}
+        unknown = set(kw) - set(parts)
+        if unknown:
+            raise ValueError(
+                f"composition {'+'.join(parts)}: unknown keyword(s) {sorted(unknown)}; give a part's options "
+                f"as a dict under its name, one of {', '.join(parts)}"
+            )
+        super().__init__(**common)
+        self.parts = nn.ModuleDict({name: cls(**common, **kw.get(name, {})) for name, cls in parts.items()})
+        self.methods = product_methods([p.methods for p in self.parts.values()])
+        self._method = self.methods[0]
+
+    # -- the method is the parts' methods, joined -----------------------------------------
+    @property
+    def method(self) -> str:
+        return "+".join(part.method for part in self.parts.values())
+
+    @method.setter
+    def method(self, name: str) -> None:
+        PosScheme.method.fset(self, name)  # validates against the product
+        for part, m in zip(self.parts.values(), name.split("+"), strict=True):
+            part.method = m
+
+    # -- counted over the parts, so "did anything recompute?" sees their caches ------------
+    @property
+    def cache_misses(self) -> int:
+        return self._own_misses + self._parts_misses()
+
+    @cache_misses.setter
+    def cache_misses(self, value: int) -> None:
+        self._own_misses = value - self._parts_misses()
+
+    def _parts_misses(self) -> int:
+        parts = self._modules.get("parts")
+        return sum(p.cache_misses for p in parts.values()) if parts is not None else 0
+
+    # -- hooks -------------------------------------------------------------------------------
+    def tokens(self, x: Tensor, grid: Grid) -> Tensor:
+        for part in self.parts.values():
+            x = part.tokens(x, grid)
+        return x
+
+    def attention(self, grid: Grid, device: torch.device | None = None) -> list[AttnPos]:
+        per_part = [part.attention(grid, device) for part in self.parts.values()]
+        return [merge_attention(block) for block in zip(*per_part, strict=True)]
+
+    def after_block(self, x: Tensor, grid: Grid, index: int) -> Tensor:
+        for part in self.parts.values():
+            x = part.after_block(x, grid, index)
+        return x
+
+    def no_weight_decay(self) -> set[str]:
+        return {f"parts.{name}.{n}" for name, part in self.parts.items() for n in part.no_weight_decay()}
+
+
+class Composition:
+    """Registry entry for a composition: called like a scheme class, with the product of methods.
+
+    ``Composition("rope2d+learned", registry)`` looks its parts up in ``registry`` once; calling it
+    builds a :class:`ComposedPos`. ``methods`` is available before building, as on a class.
+    """
+
+    def __init__(self, name: str, registry: Mapping[str, type[PosScheme]]):
+        names = name.split("+")
+        if len(names) < 2 or len(set(names)) != len(names):
+            raise ValueError(f"a composition needs two or more distinct parts, got '{name}'")
+        missing = [n for n in names if n not in registry]
+        if missing:
+            raise ValueError(f"composition '{name}': unknown part(s) {missing}; valid: {', '.join(registry)}")
+        self.name = name
+        self.parts = {n: registry[n] for n in names}
+        self.methods = product_methods([cls.methods for cls in self.parts.values()])
+
+    def __call__(self, **kw) -> ComposedPos:
+        return ComposedPos(parts=self.parts, **kw)
+
+    def __repr__(self) -> str:
+        return f"Composition('{self.name}')"

@@ -1,0 +1,81 @@
+"""`cpb`: Swin v2's log-spaced continuous position bias, a small MLP per block over offsets.
+
+Each block owns an MLP 2 -> hidden -> heads (ReLU between, no bias on the last layer, as in Swin v2)
+evaluated at every relative offset (dy, dx) of the grid. Offsets are normalised by the training
+grid, (dy / (H-1), dx / (W-1)) * 8, so the trained range maps to [-8, 8], then log-spaced:
+sign(d) * log2(1 + |d|) / log2(8). The bias is 16 * sigmoid(mlp(...)), in (0, 16).
+
+The MLP runs once per unique offset, ((2h-1)(2w-1), 2), for all blocks at once (stacked weights),
+and its output is gathered into (heads, N, N) with relbias's index, so the bias depends on the
+offset alone. Nothing is resized for a new grid:
+
+* ``continuous``: offsets of the new grid normalised by the *training* grid, so offsets beyond the
+  trained range extrapolate (log spacing keeps them close to it);
+* ``normalized``: offsets normalised by the *new* grid (the range always maps to [-8, 8]).
+
+Initialisation follows Swin v2, whose global init covers this MLP: weights trunc-normal (std .02),
+biases zero. The MLP is a position parameter: no weight decay.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from timm.layers import trunc_normal_
+from torch import Tensor, nn
+
+from .base import AttnPos, Grid, PosScheme
+from .relbias import relative_position_index
+
+
+def log_offsets_table(grid: Grid, norm_grid: Grid, device=None) -> Tensor:
+    """((2h-1)(2w-1), 2) log-spaced (dy, dx) offsets of ``grid``, normalised by ``norm_grid``.
+
+    Row r = (dy + h-1) * (2w-1) + (dx + w-1), the order of :func:`relative_position_index`.
+    """
+    h, w = grid
+    dy = torch.arange(-(h - 1), h, device=device, dtype=torch.float32) / max(norm_grid[0] - 1, 1)
+    dx = torch.arange(-(w - 1), w, device=device, dtype=torch.float32) / max(norm_grid[1] - 1, 1)
+    table = torch.stack(torch.meshgrid(dy, dx, indexing="ij"), dim=-1).reshape(-1, 2) * 8
+    return torch.sign(table) * torch.log2(table.abs() + 1.0) / math.log2(8)
+
+
+class CpbPos(PosScheme):
+    """Continuous position bias: per block an MLP over log-spaced offsets, output 16 * sigmoid."""
+
+    methods = ("continuous", "normalized")
+
+    def __init__(self, *, cpb_hidden: int = 512, init_std: float = 0.02, **kw):
+        super().__init__(**kw)
+        self.w1 = nn.Parameter(torch.zeros(self.depth, 2, cpb_hidden))
+        self.b1 = nn.Parameter(torch.zeros(self.depth, 1, cpb_hidden))
+        self.w2 = nn.Parameter(torch.zeros(self.depth, cpb_hidden, self.num_heads))
+        trunc_normal_(self.w1, std=init_std)
+        trunc_normal_(self.w2, std=init_std)
+
+    def coords(self, grid: Grid) -> tuple[Tensor, Tensor]:
+        """The offsets table ((2h-1)(2w-1), 2) and the (N, N) index into it; cached per grid and method."""
+
+        def build() -> tuple[Tensor, Tensor]:
+            norm = tuple(grid) if self.method == "normalized" else self.train_grid
+            device = self.w1.device
+            return log_offsets_table(grid, norm, device), relative_position_index(grid, device=device)
+
+        return self.cached(("coords", tuple(grid), self.w1.device), build)
+
+    def bias(self, grid: Grid) -> Tensor:
+        """(depth, heads, P+N, P+N) bias in (0, 16); prefix rows and columns are zero."""
+        table, index = self.coords(grid)
+        hidden = F.relu(torch.einsum("tc,lch->lth", table.to(self.w1.dtype), self.w1) + self.b1)
+        out = 16 * torch.sigmoid(torch.einsum("lth,lhk->ltk", hidden, self.w2))  # (depth, T, heads)
+        n = grid[0] * grid[1]
+        bias = rearrange(out[:, index.flatten()], "l (i j) heads -> l heads i j", i=n)  # one gather, all blocks
+        p = self.num_prefix_tokens
+        return F.pad(bias, [p, 0, p, 0]) if p else bias
+
+    def attention(self, grid: Grid, device=None) -> list[AttnPos]:
+        bias = self.cached(("bias", tuple(grid), device), lambda: self.bias(grid).to(device), self.w1, self.b1, self.w2)
+        return [AttnPos(bias=b) for b in bias.unbind(0)]
