@@ -1,0 +1,661 @@
+"""Training-step throughput of every vitpos position scheme, against timm's model of the same size.
+
+What one run measures, all in the same process so that ratios compare like with like:
+
+* img/s of a training step (forward + backward + AdamW step) per contender: each vitpos scheme
+  and timm's counterpart of the same dims (``VisionTransformer`` for `learned`, the RoPE-Axial
+  ``Eva`` for `rope2d`, ``VisionTransformerRelPos`` for `relbias`);
+* ratio vitpos / timm, and overhead of each scheme against `none`;
+* peak memory of one step, FLOPs per image (``FlopCounterMode``), achieved FLOP/s and its
+  fraction of this machine's matmul peak, measured in the same run;
+* the rate at which the embedded `shapes` data set renders images, against training's img/s;
+* with ``--compile``: torch.compile's steady-state speed-up per scheme, training and eval.
+
+Method: every contender is built and warmed up, then the contenders run round-robin
+(A, B, C, ..., then reversed) for ``--repeats`` rounds of ``--steps`` steps each. The table gives
+the median of the per-round img/s; a ratio is the median of per-round ratios, so slow drift
+(thermal, other load) hits both sides equally.
+
+    python benchmarks/throughput.py --quick                          # smoke test, seconds
+    python benchmarks/throughput.py --write docs/performance.md      # CPU, tiny model, 8x8 and 16x16
+    python benchmarks/throughput.py --device cuda --dtype bf16 --model small --patch-size 16 \\
+        --img-sizes 224 256 512 --batch-size 256 256 128             # ViT-S/16 on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import datetime
+import gc
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+import timm  # noqa: E402
+from timm.models.vision_transformer import VisionTransformer  # noqa: E402
+from timm.models.vision_transformer_relpos import VisionTransformerRelPos  # noqa: E402
+
+from vitpos.config import MODEL_PRESETS  # noqa: E402
+from vitpos.model import create_model  # noqa: E402
+from vitpos.pos import POS_SCHEMES  # noqa: E402
+
+NUM_CLASSES = 10
+ISSUE_SCHEMES = ("learned", "sincos2d", "rope2d", "relbias", "none")  # the ones the targets name
+# Dense peak of the matrix units by the vendor's datasheet (TFLOP/s), for MFU against the spec.
+SPEC_PEAK_TFLOPS = {("H200", "bf16"): 989.0, ("H100", "bf16"): 989.0, ("H200", "fp32"): 67.0, ("H100", "fp32"): 67.0}
+# Targets of the issue: vitpos / timm >= 1.0; overhead against `none` at most this fraction.
+RATIO_TARGET = 1.0
+OVERHEAD_TARGET = {"learned": 0.05, "sincos2d": 0.05, "rope2d": 0.10, "relbias": 0.10}
+DATA_RATE_TARGET = 10.0
+
+TIMM_DESCRIPTION = {
+    "learned": "`timm.models.vision_transformer.VisionTransformer(global_pool='avg', class_token=False)`: "
+    "learned absolute table, no LayerScale",
+    "rope2d": "`timm.create_model('vit_small_patch16_rope_224', pretrained=False, ...)`, an `Eva` with "
+    "RoPE-Axial (attn_type='rope', rope_type='cat', rope_temperature=100, grid indexing 'xy', "
+    "no absolute table), dims overridden, `class_token=False, global_pool='avg', init_values=None` (no LayerScale)",
+    "relbias": "`timm.models.vision_transformer_relpos.VisionTransformerRelPos(rel_pos_type='bias', "
+    "class_token=False, global_pool='avg', init_values=None)`: a Swin-style bias table per block, "
+    "gathered in every block",
+}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# -- contenders ----------------------------------------------------------------------------------
+
+
+def build_timm(scheme: str, img: int, patch: int, dims: dict[str, int]) -> nn.Module:
+    common = dict(img_size=img, patch_size=patch, num_classes=NUM_CLASSES, global_pool="avg", class_token=False)
+    if scheme == "learned":
+        return VisionTransformer(**common, **dims)
+    if scheme == "rope2d":
+        return timm.create_model("vit_small_patch16_rope_224", pretrained=False, init_values=None, **common, **dims)
+    if scheme == "relbias":
+        return VisionTransformerRelPos(rel_pos_type="bias", init_values=None, **common, **dims)
+    raise ValueError(scheme)
+
+
+def timm_has(scheme: str) -> bool:
+    """Whether this timm has the counterpart (its RoPE ViTs arrived in timm 1.0.18 or so)."""
+    ok = scheme != "rope2d" or timm.is_model("vit_small_patch16_rope_224")
+    if not ok:
+        log(f"timm {timm.__version__} has no vit_small_patch16_rope_224: rope2d runs without a timm counterpart")
+    return ok
+
+
+@dataclass
+class Contender:
+    name: str  # "learned" or "timm:learned"
+    model: nn.Module
+    opt: torch.optim.Optimizer
+    ips: list[float] = field(default_factory=list)  # img/s per round
+    mem_mib: float = float("nan")
+    gflops_fwd: float = float("nan")  # per image
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.ips) if self.ips else float("nan")
+
+
+def make_opt(model: nn.Module, device: torch.device) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05, fused=device.type == "cuda" or None)
+
+
+def autocast(device: torch.device, dtype: str):
+    if dtype == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train_step(model: nn.Module, opt, x, y, amp: Callable) -> None:
+    opt.zero_grad(set_to_none=True)
+    with amp():
+        loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+
+
+def timed(fn: Callable[[], None], n: int, device: torch.device) -> float:
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def round_robin(fns: list[Callable[[], None]], rounds: int, steps: int, device: torch.device) -> list[list[float]]:
+    """Seconds per round for each fn, run A, B, C, ... then C, B, A, ... so order effects cancel."""
+    out: list[list[float]] = [[] for _ in fns]
+    for r in range(rounds):
+        order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+        for i in order:
+            out[i].append(timed(fns[i], steps, device))
+    return out
+
+
+def paired_ratio(a: list[float], b: list[float]) -> float:
+    """Median over rounds of a[r] / b[r]: both sides of a ratio were timed in the same round."""
+    return statistics.median(x / y for x, y in zip(a, b)) if a and b else float("nan")
+
+
+# -- memory, FLOPs, peak ----------------------------------------------------------------------------
+
+
+def _proc_status_kib(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+def _trim_heap() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)  # hand freed pages back, so the baseline is the resting size
+
+
+def step_memory_mib(step: Callable[[], None], device: torch.device) -> float:
+    """Peak memory one training step needs above the resting state (params, grads, AdamW state held).
+
+    CUDA: torch.cuda.max_memory_allocated. CPU: the process's peak RSS (VmHWM, which
+    resource.getrusage's ru_maxrss also reports) after resetting it through /proc/self/clear_refs,
+    minus the RSS before the step; without that reset the value is a plain ru_maxrss delta, which
+    only shows a step that sets a new process-wide peak.
+    """
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        step()
+        torch.cuda.synchronize(device)
+        return (torch.cuda.max_memory_allocated(device) - base) / 2**20
+    _trim_heap()
+    try:
+        base = _proc_status_kib("VmRSS")
+        Path("/proc/self/clear_refs").write_text("5")  # reset the peak RSS to the current RSS
+        step()
+        return (_proc_status_kib("VmHWM") - base) / 1024
+    except (OSError, KeyError):
+        import resource
+
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        step()
+        return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+
+
+def forward_gflops(model: nn.Module, x: torch.Tensor, amp: Callable) -> float:
+    """Forward GFLOPs per image. SDPA runs its math path here so attention's matmuls are counted
+    (the fused CPU kernel is invisible to FlopCounterMode)."""
+    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), amp(), FlopCounterMode(display=False) as counter:
+        model(x)
+    return counter.get_total_flops() / x.shape[0] / 1e9
+
+
+def matmul_peak_tflops(device: torch.device, dtype: str, seconds: float) -> float:
+    """Best of several timed loops of one large square torch.mm in the benchmark's dtype."""
+    n = 8192 if device.type == "cuda" else 2048
+    tdtype = torch.bfloat16 if dtype == "bf16" else torch.float32
+    a = torch.randn(n, n, device=device, dtype=tdtype)
+    b = torch.randn(n, n, device=device, dtype=tdtype)
+    timed(lambda: torch.mm(a, b), 2, device)  # warm-up
+    per = timed(lambda: torch.mm(a, b), 1, device)
+    iters = max(1, int(seconds / 4 / max(per, 1e-6)))
+    best = min(timed(lambda: torch.mm(a, b), iters, device) / iters for _ in range(4))
+    return 2 * n**3 / best / 1e12
+
+
+# -- machine facts --------------------------------------------------------------------------------
+
+
+def machine_facts(device: torch.device) -> list[tuple[str, str]]:
+    cpu = platform.processor() or "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    facts = [
+        ("CPU", cpu),
+        ("cores", f"{os.cpu_count()} logical, {usable} usable by this process"),
+        ("torch threads", str(torch.get_num_threads())),
+        ("load average (1, 5, 15 min) at start", ", ".join(f"{v:.2f}" for v in os.getloadavg())),
+        ("python", platform.python_version()),
+        ("torch", torch.__version__),
+        ("timm", timm.__version__),
+    ]
+    if device.type == "cuda":
+        p = torch.cuda.get_device_properties(device)
+        facts.append(("GPU", f"{p.name}, {p.total_memory / 2**30:.0f} GiB, {p.multi_processor_count} SMs"))
+    return facts
+
+
+# -- report helpers -------------------------------------------------------------------------------
+
+
+def md_table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def fmt(v: float, spec: str = ".2f", suffix: str = "") -> str:
+    return "-" if v != v else f"{v:{spec}}{suffix}"  # NaN -> "-"
+
+
+def verdict(ok: bool | None) -> str:
+    return "-" if ok is None else ("PASS" if ok else "MISS")
+
+
+# -- the benchmark --------------------------------------------------------------------------------
+
+
+@dataclass
+class Settings:
+    device: torch.device
+    dtype: str
+    model: str
+    dims: dict[str, int]
+    patch: int
+    img_sizes: list[int]
+    batch_sizes: list[int]
+    schemes: list[str]
+    timm_schemes: list[str]
+    repeats: int
+    steps: int
+    warmup: int
+    peak_seconds: float
+    data_images: int
+    eval_img_sizes: list[int]
+
+
+def bench_grid(s: Settings, img: int, batch: int, peak: float) -> tuple[list[Contender], dict]:
+    """Build all contenders at one image size, time them round-robin, then memory and FLOPs."""
+    dev, amp = s.device, (lambda: autocast(s.device, s.dtype))
+    contenders: list[Contender] = []
+    for name in s.schemes + [f"timm:{k}" for k in s.timm_schemes]:
+        torch.manual_seed(0)
+        if name.startswith("timm:"):
+            model = build_timm(name[5:], img, s.patch, s.dims)
+        else:
+            model = create_model(name, img_size=img, patch_size=s.patch, num_classes=NUM_CLASSES, **s.dims)
+        model = model.to(dev).train()
+        contenders.append(Contender(name, model, make_opt(model, dev)))
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, 3, img, img, generator=g).to(dev)
+    y = torch.randint(0, NUM_CLASSES, (batch,), generator=g).to(dev)
+
+    steps = [(lambda c=c: train_step(c.model, c.opt, x, y, amp)) for c in contenders]
+    for c, step in zip(contenders, steps):
+        t = timed(step, s.warmup, dev)
+        log(f"  warm-up {c.name:14s} {s.warmup * batch / t:9.1f} img/s")
+    seconds = round_robin(steps, s.repeats, s.steps, dev)
+    for c, secs in zip(contenders, seconds):
+        c.ips = [s.steps * batch / t for t in secs]
+        log(f"  {c.name:14s} median {c.median:9.1f} img/s  rounds {' '.join(f'{v:.1f}' for v in c.ips)}")
+
+    for c, step in zip(contenders, steps):
+        c.mem_mib = step_memory_mib(step, dev)
+        c.gflops_fwd = forward_gflops(c.model, x[:1], amp)
+
+    by = {c.name: c for c in contenders}
+    ratios = {k: paired_ratio(by[k].ips, by[f"timm:{k}"].ips) for k in s.timm_schemes if k in by}
+    # overhead = time per image / time per image of `none` - 1 = ips_none / ips - 1
+    overheads = {
+        c.name: paired_ratio(by["none"].ips, c.ips) - 1 for c in contenders if "none" in by and c.name in POS_SCHEMES
+    }
+    return contenders, {"ratios": ratios, "overheads": overheads, "peak": peak, "img": img, "batch": batch}
+
+
+def data_rate(s: Settings, img: int) -> float | None:
+    """Images per second that vitpos.data.shapes.render_shapes produces at img x img, or None if absent."""
+    try:
+        from vitpos.data.shapes import render_shapes
+    except ImportError:
+        return None
+    render_shapes(8, img, img, 0)  # warm-up
+    n = s.data_images
+    t0 = time.perf_counter()
+    render_shapes(n, img, img, 1)
+    return n / (time.perf_counter() - t0)
+
+
+def eager_vs_compiled(s: Settings, eager: Callable[[], None], compiled: Callable[[], None], images: int, label):
+    """One table row: first compiled call (s), eager and compiled img/s, paired speed-up."""
+    first = timed(compiled, 1, s.device)  # compilation included
+    timed(compiled, s.warmup, s.device)
+    timed(eager, s.warmup, s.device)
+    eager_s, comp_s = round_robin([eager, compiled], s.repeats, s.steps, s.device)
+    n = s.steps * images
+    row = [*label, f"{first:.1f}", fmt(statistics.median(n / t for t in eager_s), ".1f")]
+    row += [fmt(statistics.median(n / t for t in comp_s), ".1f"), fmt(paired_ratio(eager_s, comp_s), ".2f", "x")]
+    log(f"  compile {' | '.join(row)}")
+    return row
+
+
+def compile_scheme(s: Settings, scheme: str, img: int, batch: int, eval_sizes: list[int]):
+    """Training rows at ``img``; eval rows (the model built at ``img`` serving every eval size)."""
+    dev, amp = s.device, (lambda: autocast(s.device, s.dtype))
+    torch._dynamo.reset()  # a fresh recompile budget per model
+    torch.manual_seed(0)
+    model = create_model(scheme, img_size=img, patch_size=s.patch, num_classes=NUM_CLASSES, **s.dims)
+    model = model.to(dev).train()
+    compiled = torch.compile(model, dynamic=False)  # one static graph per resolution
+    opt = make_opt(model, dev)  # shared: both sides train the same weights
+    x = torch.randn(batch, 3, img, img, device=dev)
+    y = torch.randint(0, NUM_CLASSES, (batch,), device=dev)
+    grid = f"{img // s.patch}x{img // s.patch}"
+    train_row = eager_vs_compiled(
+        s,
+        lambda: train_step(model, opt, x, y, amp),
+        lambda: train_step(compiled, opt, x, y, amp),
+        batch,
+        [scheme, grid],
+    )
+    eval_rows = []
+    model.eval()
+    for side in eval_sizes:
+        xe = torch.randn(batch, 3, side, side, device=dev)
+
+        def fwd(m, xe=xe):
+            with torch.no_grad(), amp():
+                m(xe)
+
+        label = [scheme, f"{side // s.patch}x{side // s.patch}"]
+        eval_rows.append(eager_vs_compiled(s, lambda f=fwd: f(model), lambda f=fwd: f(compiled), batch, label))
+    return train_row, eval_rows
+
+
+def bench_compile(s: Settings) -> tuple[list[list[str]], list[list[str]]]:
+    """Eager vs torch.compile per scheme: training at each size; eval across the eval sizes, served
+    by the model built at the last training size (resolution transfer), at that size's batch."""
+    train_rows, eval_rows = [], []
+    for scheme in s.schemes:
+        for i, (img, batch) in enumerate(zip(s.img_sizes, s.batch_sizes)):
+            last = i == len(s.img_sizes) - 1
+            row, rows = compile_scheme(s, scheme, img, batch, s.eval_img_sizes if last else [])
+            train_rows.append(row)
+            eval_rows += rows
+            gc.collect()
+    return train_rows, eval_rows
+
+
+def report(s: Settings, argv: list[str], results, data_rows, compile_rows, spec_peak: float | None) -> str:
+    dev = s.device
+    out = ["# Performance", ""]
+    out += ["Generated by `benchmarks/throughput.py`; rerun it to refresh this page.", ""]
+    out += ["```", "python benchmarks/throughput.py " + shlex.join(argv), "```", ""]
+    if "--quick" in argv:
+        out += ["**Quick smoke-test settings: these numbers say the benchmark runs, not how fast anything is.**", ""]
+    out += [f"Date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}", ""]
+    out += ["## Machine", "", md_table(["what", "value"], [[k, v] for k, v in machine_facts(dev)]), ""]
+    d = s.dims
+    n_tok = ", ".join(f"{(i // s.patch) ** 2}" for i in s.img_sizes)
+    out += [
+        "## Setup",
+        "",
+        f"- Model `{s.model}`: embed_dim {d['embed_dim']}, depth {d['depth']}, heads {d['num_heads']}, MLP ratio 4, "
+        f"patch {s.patch}, global average pooling, no class token, {NUM_CLASSES} classes; "
+        f"images {', '.join(f'{i} px' for i in s.img_sizes)} ({n_tok} tokens); "
+        f"batch {', '.join(map(str, s.batch_sizes))}.",
+        f"- Step: forward + cross-entropy + backward + AdamW ({'fused' if dev.type == 'cuda' else 'default'}), "
+        f"{'fp32' if s.dtype == 'fp32' else 'bf16 autocast, fp32 weights'} on {dev.type}.",
+        f"- Method: every contender built and warmed up ({s.warmup} steps), then run round-robin "
+        f"(A, B, ... then reversed) for {s.repeats} rounds of {s.steps} steps; img/s is the median over rounds; "
+        "ratios and overheads are medians of per-round ratios, both sides timed in the same round.",
+        "- Memory: peak memory one step needs above the resting state (weights, gradients and AdamW state "
+        + (
+            "excluded), `torch.cuda.max_memory_allocated`."
+            if dev.type == "cuda"
+            else "excluded): the process's peak RSS (VmHWM, what `resource.getrusage` reports as ru_maxrss), "
+            "reset through `/proc/self/clear_refs` before the step, minus the RSS before it (freed heap trimmed first)."
+        ),
+        "- FLOPs: `torch.utils.flop_counter.FlopCounterMode` on one forward (SDPA on its math path so attention "
+        "is counted); a training step is taken as 3x forward. Achieved = 3 x forward FLOPs x img/s.",
+        f"- Peak: a {8192 if dev.type == 'cuda' else 2048}^3 `torch.mm` loop in {s.dtype} measured in this run: "
+        f"**{results[0][1]['peak']:.3g} TFLOP/s**"
+        + (f"; MFU against the datasheet's dense {s.dtype} peak of {spec_peak:.0f} TFLOP/s." if spec_peak else "."),
+        "",
+        f"Compared against timm (same dims, patch, pooling, no class token; timm {timm.__version__}):",
+        "",
+    ]
+    out += [f"- `{k}` vs {TIMM_DESCRIPTION[k]}" for k in s.timm_schemes]
+    out += [""]
+
+    targets: list[list[str]] = []
+    for contenders, info in results:
+        img, g = info["img"], info["img"] // s.patch
+        out += [f"## {g}x{g} grid ({g * g} tokens, {img} px, batch {info['batch']})", ""]
+        headers = ["model", "img/s", "vs timm", "overhead vs none", "step memory (MiB)", "GFLOPs/img (fwd)"]
+        unit, per_t = ("TFLOP/s", 1.0) if dev.type == "cuda" else ("GFLOP/s", 1e3)
+        headers += [f"achieved {unit}", "of measured peak"] + (["MFU (spec)"] if spec_peak else [])
+        rows = []
+        for c in contenders:
+            tflops = 3 * c.gflops_fwd * c.median / 1e3
+            ratio = info["ratios"].get(c.name, float("nan"))
+            over = info["overheads"].get(c.name, float("nan"))
+            label = f"timm {c.name[5:]}" if c.name.startswith("timm:") else f"vitpos `{c.name}`"
+            row = [
+                label,
+                fmt(c.median, ".1f"),
+                fmt(ratio, ".3f"),
+                fmt(100 * over, "+.1f", " %") if c.name != "none" else "-",
+            ]
+            row += [
+                fmt(c.mem_mib, ".0f"),
+                fmt(c.gflops_fwd, ".4g"),
+                fmt(tflops * per_t, ".1f"),
+                fmt(100 * tflops / info["peak"], ".1f", " %"),
+            ]
+            if spec_peak:
+                row.append(fmt(100 * tflops / spec_peak, ".1f", " %"))
+            rows.append(row)
+            if ratio == ratio:
+                targets.append(
+                    [
+                        f"`{c.name}` / timm, {g}x{g}",
+                        f"{ratio:.3f}",
+                        f">= {RATIO_TARGET:.2f}",
+                        verdict(ratio >= RATIO_TARGET),
+                    ]
+                )
+            if c.name in OVERHEAD_TARGET and over == over:
+                lim = OVERHEAD_TARGET[c.name]
+                targets.append(
+                    [
+                        f"`{c.name}` overhead vs `none`, {g * g} tokens",
+                        f"{100 * over:+.1f} %",
+                        f"<= {100 * lim:.0f} %",
+                        verdict(over <= lim),
+                    ]
+                )
+        out += [md_table(headers, rows), ""]
+
+    out += ["## Embedded data set: generation rate vs training", ""]
+    if data_rows is None:
+        out += ["TODO: `vitpos.data.shapes.render_shapes(n, height, width, seed)` is not importable; not measured.", ""]
+    else:
+        out += [
+            f"`render_shapes(n={s.data_images}, H, W, seed)` on the CPU in this process "
+            f"({torch.get_num_threads()} threads), "
+            "against the fastest vitpos scheme's training img/s at that size.",
+            "",
+        ]
+        out += [
+            md_table(["image size", "rendered img/s", "training img/s", "ratio", "target"], [r[:5] for r in data_rows]),
+            "",
+        ]
+        targets += [
+            [f"data rate / training rate, {r[0]}", r[3], f">= {DATA_RATE_TARGET:.0f}x", r[4]] for r in data_rows
+        ]
+
+    if compile_rows is not None:
+        train_rows, eval_rows = compile_rows
+        out += [
+            "## torch.compile",
+            "",
+            "`torch.compile(model, dynamic=False)` (inductor) against eager, the same module, alternated after "
+            "warm-up. First call = wall seconds of the first compiled call (compilation included); speed-up is "
+            "steady state. Eval: the model built at the last training size serves"
+            " every eval size (one static graph each).",
+            "",
+            "Training step:",
+            "",
+            md_table(["scheme", "grid", "first call (s)", "eager img/s", "compiled img/s", "speed-up"], train_rows),
+            "",
+            "Eval forward (no_grad) across resolutions:",
+            "",
+            md_table(["scheme", "grid", "first call (s)", "eager img/s", "compiled img/s", "speed-up"], eval_rows),
+            "",
+        ]
+
+    out += ["## Targets", "", md_table(["target", "measured", "goal", "verdict"], targets), ""]
+    return "\n".join(out)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="bf16 = autocast, fp32 weights")
+    p.add_argument("--batch-size", type=int, nargs="+", help="one value, or one per grid (default 64; quick 8)")
+    p.add_argument("--grids", type=int, nargs="+", help="token grid sides (default 8 16; quick 2 4)")
+    p.add_argument("--img-sizes", type=int, nargs="+", help="image sides in px; overrides --grids")
+    p.add_argument("--eval-img-sizes", type=int, nargs="+", help="--compile eval sizes (default: the image sizes)")
+    p.add_argument("--model", choices=list(MODEL_PRESETS), help="size preset (default tiny; quick micro)")
+    p.add_argument("--patch-size", type=int, help="default 4 on cpu, 16 on cuda")
+    p.add_argument(
+        "--schemes",
+        nargs="+",
+        choices=[*POS_SCHEMES, "all"],
+        default=[n for n in ISSUE_SCHEMES if n in POS_SCHEMES],
+        help=f"vitpos schemes to run (default: {' '.join(ISSUE_SCHEMES)}; 'all' = the whole registry)",
+    )
+    p.add_argument("--repeats", type=int, help="round-robin rounds (default 5; quick 2)")
+    p.add_argument("--steps", type=int, help="timed steps per contender per round (default 3; quick 1)")
+    p.add_argument("--warmup", type=int, help="warm-up steps per contender (default 2; quick 1)")
+    p.add_argument("--data-images", type=int, help="images rendered to time the data set (default 512; quick 32)")
+    p.add_argument("--peak-tflops", type=float, help="datasheet peak for MFU (default: known GPUs only)")
+    p.add_argument("--compile", action="store_true", help="also measure torch.compile (slow to warm up on CPU)")
+    p.add_argument("--write", metavar="PATH", help="also write the markdown report to PATH")
+    p.add_argument("--quick", action="store_true", help="tiny settings for a smoke test (seconds)")
+    args = p.parse_args(argv)
+    q = args.quick
+    args.model = args.model or ("micro" if q else "tiny")
+    args.batch_size = args.batch_size or [8 if q else 64]
+    args.grids = args.grids or ([2, 4] if q else [8, 16])
+    args.repeats = args.repeats or (2 if q else 5)
+    args.steps = args.steps or (1 if q else 3)
+    args.warmup = args.warmup or (1 if q else 2)
+    args.data_images = args.data_images or (32 if q else 512)
+    args.patch_size = args.patch_size or (16 if args.device == "cuda" else 4)
+    args.schemes = list(POS_SCHEMES) if "all" in args.schemes else list(dict.fromkeys(args.schemes))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    a = parse_args(argv)
+    if a.device == "cuda" and not torch.cuda.is_available():
+        log("--device cuda but torch.cuda.is_available() is False")
+        return 2
+    img_sizes = a.img_sizes or [g * a.patch_size for g in a.grids]
+    bad = [i for i in img_sizes if i % a.patch_size]
+    if bad:
+        log(f"image sizes {bad} are not multiples of the patch size {a.patch_size}")
+        return 2
+    if len(a.batch_size) not in (1, len(img_sizes)):
+        log(f"--batch-size takes one value or one per grid ({len(img_sizes)})")
+        return 2
+    batch_sizes = a.batch_size * len(img_sizes) if len(a.batch_size) == 1 else a.batch_size
+    eval_sizes = a.eval_img_sizes or (img_sizes if len(img_sizes) > 1 else [img_sizes[0], 2 * img_sizes[0]])
+    s = Settings(
+        device=torch.device(a.device),
+        dtype=a.dtype,
+        model=a.model,
+        dims=dict(MODEL_PRESETS[a.model]),
+        patch=a.patch_size,
+        img_sizes=img_sizes,
+        batch_sizes=batch_sizes,
+        schemes=a.schemes,
+        timm_schemes=[k for k in ("learned", "rope2d", "relbias") if k in a.schemes and timm_has(k)],
+        repeats=a.repeats,
+        steps=a.steps,
+        warmup=a.warmup,
+        peak_seconds=0.5 if a.quick else 3.0,
+        data_images=a.data_images,
+        eval_img_sizes=eval_sizes,
+    )
+    log(f"measuring the {a.dtype} matmul peak on {a.device} ...")
+    peak = matmul_peak_tflops(s.device, a.dtype, s.peak_seconds)
+    log(f"  {peak:.3f} TFLOP/s")
+    spec = a.peak_tflops
+    if spec is None and s.device.type == "cuda":
+        name = torch.cuda.get_device_name(s.device)
+        spec = next((v for (gpu, dt), v in SPEC_PEAK_TFLOPS.items() if gpu in name and dt == a.dtype), None)
+
+    results, data_rows = [], []
+    for img, batch in zip(img_sizes, batch_sizes):
+        log(f"grid {img // a.patch_size}x{img // a.patch_size} ({img} px, batch {batch}) ...")
+        contenders, info = bench_grid(s, img, batch, peak)
+        results.append((contenders, info))
+        rate = data_rate(s, img)
+        if rate is None:
+            data_rows = None
+        elif data_rows is not None:
+            train = max(c.median for c in contenders if not c.name.startswith("timm:"))
+            ratio = rate / train
+            data_rows.append(
+                [f"{img} px", f"{rate:.0f}", f"{train:.0f}", f"{ratio:.1f}x", verdict(ratio >= DATA_RATE_TARGET)]
+            )
+            log(f"  data: {rate:.0f} img/s rendered vs {train:.0f} img/s trained ({ratio:.1f}x)")
+        del contenders
+        gc.collect()
+
+    compile_rows = None
+    if a.compile:
+        log("torch.compile ...")
+        try:
+            compile_rows = bench_compile(s)
+        except Exception:  # report, don't lose the eager results
+            log(traceback.format_exc())
+            compile_rows = ([["compile failed: see stderr", "", "", "", "", ""]], [])
+
+    text = report(s, argv, results, data_rows, compile_rows, spec)
+    print(text)
+    if a.write:
+        Path(a.write).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.write).write_text(text)
+        log(f"wrote {a.write}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

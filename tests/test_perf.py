@@ -1,0 +1,219 @@
+"""Performance properties, not timings: what keeps a step fast stays true (benchmarks/throughput.py times it).
+
+* the scheme's per-grid work is cached in evaluation and invalidated when its parameters change;
+* schemes without a bias give SDPA no attn_mask (so its fused/flash kernels stay available);
+* torch.compile traces every scheme whole (no graph breaks), for training and across resolutions;
+* on CUDA, bf16 autocast works for every scheme and non-bias schemes run on the flash kernel.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import vitpos
+from vitpos.pos import POS_SCHEMES, PosScheme
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TRAIN = (8, 8)  # the conftest tiny models' training grid (32 px, patch 4)
+
+
+def images(grid, batch=2):
+    return torch.randn(batch, 3, grid[0] * 4, grid[1] * 4)
+
+
+def has_position_params(m) -> bool:
+    return any(True for _ in m.pos.parameters())
+
+
+# ---------------------------------------------------------------------------------------------
+# the position cache
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("grid", [TRAIN, (12, 12)])
+@pytest.mark.parametrize("name", POS_SCHEMES)
+def test_cache_is_hit_at_the_same_grid_and_missed_at_another(tiny, name, grid):
+    m = tiny(name).eval()
+    with torch.no_grad():
+        m(images(grid))
+        after_first = m.pos.cache_misses
+        m(images(grid))
+        assert m.pos.cache_misses == after_first, "a second eval forward at the same grid recomputed"
+        m(images((grid[0] - 2, grid[1] + 2)))
+    if name in ("learned", "sincos2d", "rope2d", "relbias"):  # each computes something per grid
+        assert m.pos.cache_misses > after_first, "a new grid was served from another grid's entry"
+    elif m.pos.cache_misses == after_first:  # then the scheme caches nothing at all (none, peg)
+        assert after_first == 0 and not cached_entries(m), "a new grid was served from another grid's entry"
+
+
+def cached_entries(m) -> int:
+    return sum(len(mod._cache) for mod in m.pos.modules() if isinstance(mod, PosScheme))
+
+
+@pytest.mark.parametrize("grid", [TRAIN, (12, 12)])
+@pytest.mark.parametrize("name", POS_SCHEMES)
+def test_optimizer_step_invalidates_the_cache(tiny, name, grid):
+    """Step while staying in eval mode: only the parameters' versions can tell the cache it is stale."""
+    m = tiny(name).eval()
+    if not has_position_params(m):
+        pytest.skip(f"{name} has no position parameters")
+    x = images(grid)
+    with torch.no_grad():
+        before = m(x)
+    opt = torch.optim.AdamW(m.pos.parameters(), lr=0.5)  # plain (not fused): bumps the version counter
+    m(x).square().mean().backward()
+    opt.step()
+    misses = m.pos.cache_misses
+    with torch.no_grad():
+        served = m(x)
+        for mod in m.pos.modules():
+            if isinstance(mod, PosScheme):
+                mod._cache.clear()
+        fresh = m(x)
+    if name == "relbias" or (name == "learned" and grid != TRAIN):  # learned at TRAIN serves the parameter
+        assert m.pos.cache_misses > misses, "the forward after a step did not recompute"
+    torch.testing.assert_close(served, fresh, rtol=0, atol=0, msg="a stale cache entry survived the step")
+    assert not torch.allclose(before, served), "the stepped position parameters did not reach the output"
+
+
+# ---------------------------------------------------------------------------------------------
+# SDPA sees a mask only from a bias scheme
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("name", POS_SCHEMES)
+def test_sdpa_gets_no_mask_unless_the_scheme_has_a_bias(tiny, name, train, monkeypatch):
+    grid = (6, 10)
+    m = tiny(name).train(train)
+    has_bias = [a.bias is not None for a in m.pos.attention(grid)]
+    if name in ("learned", "sincos2d", "rope2d", "none"):
+        assert not any(has_bias)
+    if name == "relbias":
+        assert all(has_bias)
+    masks = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, **kw):
+        masks.append(attn_mask)
+        return sdpa(q, k, v, attn_mask=attn_mask, **kw)
+
+    monkeypatch.setattr(vitpos.model.F, "scaled_dot_product_attention", spy)
+    with torch.set_grad_enabled(train):
+        m(images(grid))
+    assert len(masks) == len(m.blocks), "the spy did not see every block's attention"
+    n = grid[0] * grid[1]
+    for mask, bias in zip(masks, has_bias):
+        if bias:
+            assert isinstance(mask, torch.Tensor) and mask.shape[-2:] == (n, n)
+        else:
+            assert mask is None, f"{name} passed an attn_mask without a bias, which rules out flash attention"
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.compile
+# ---------------------------------------------------------------------------------------------
+
+
+def check_compile(name: str) -> None:
+    """Compiled training steps, then compiled eval at two resolutions, each matching eager.
+
+    fullgraph=True makes any graph break an error, and error_on_recompile any recompile in steady
+    state: a cache keyed on a parameter's data_ptr()/_version broke the graph, and a miss counter
+    bumped inside the graph was guarded on, recompiling every step (slower than eager).
+    """
+    torch._dynamo.reset()
+    m = vitpos.create_model(name, img_size=16, patch_size=4, embed_dim=16, depth=1, num_heads=2, num_classes=3)
+    with torch.no_grad():  # eager first: einops registers each new tensor type (Parameter) in a global
+        for side in (16, 24):  # dict the graph guards on, a one-off recompile unrelated to vitpos
+            m(torch.randn(1, 3, side, side))
+    compiled = torch.compile(m, fullgraph=True, dynamic=False)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    x = torch.randn(2, 3, 16, 16)
+
+    def step():
+        opt.zero_grad()
+        compiled(x).square().mean().backward()
+        opt.step()
+
+    step()
+    step()  # the first calls may fill the scheme's cache (one recompile at most)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        step()
+        opt.zero_grad()
+        out = compiled(x)
+        out.square().mean().backward()
+    grads = {n: p.grad.clone() for n, p in m.named_parameters()}
+    opt.zero_grad()
+    ref = m(x)
+    ref.square().mean().backward()
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+    for n, p in m.named_parameters():
+        torch.testing.assert_close(grads[n], p.grad, rtol=1e-3, atol=1e-5, msg=lambda s, n=n: f"grad of {n}: {s}")
+    m.eval()
+    with torch.no_grad():
+        for side in (16, 24):  # the training grid and a larger one (transfer methods run compiled)
+            xe = torch.randn(2, 3, side, side)
+            compiled(xe)
+            with torch._dynamo.config.patch(error_on_recompile=True):
+                torch.testing.assert_close(compiled(xe), m(xe), rtol=1e-4, atol=1e-5)
+
+
+def test_compile_relbias():
+    """The default run's one compile test: relbias exercises both a parameter-keyed cache and a bias."""
+    check_compile("relbias")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", POS_SCHEMES)
+def test_compile_every_scheme(name):
+    check_compile(name)
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA (skipped without a GPU)
+# ---------------------------------------------------------------------------------------------
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+# head_dim 64, as ViT-S/B: what the flash kernel is built for. 8x8 grid.
+GPU_DIMS = dict(img_size=64, patch_size=8, embed_dim=128, depth=2, num_heads=2, num_classes=10)
+
+
+@cuda
+@pytest.mark.parametrize("name", POS_SCHEMES)
+def test_cuda_bf16_autocast_forward_backward(name):
+    m = vitpos.create_model(name, **GPU_DIMS).cuda().train()
+    x = torch.randn(4, 3, 64, 64, device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = m(x)
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+    out.float().square().mean().backward()
+    for n, p in m.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), n
+    m.eval()
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        assert torch.isfinite(m(torch.randn(4, 3, 96, 96, device="cuda"))).all()  # another grid
+
+
+@cuda
+@pytest.mark.parametrize("name", POS_SCHEMES)
+def test_cuda_sdpa_runs_on_a_fused_kernel(name):
+    """No bias: the flash kernel serves every block. A bias rules flash out, but the memory-efficient
+    kernel takes it, so no scheme falls back to the (B, heads, N, N) math path."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    m = vitpos.create_model(name, **GPU_DIMS).cuda().train()
+    biased = any(a.bias is not None for a in m.pos.attention((8, 8), torch.device("cuda")))
+    if name in ("learned", "sincos2d", "rope2d", "none"):
+        assert not biased
+    backend = SDPBackend.EFFICIENT_ATTENTION if biased else SDPBackend.FLASH_ATTENTION
+    x = torch.randn(4, 3, 64, 64, device="cuda")
+    with sdpa_kernel([backend]), torch.autocast("cuda", dtype=torch.bfloat16):
+        out = m(x)  # raises if a block's attention cannot run on that kernel
+        out.float().square().mean().backward()
+    assert torch.isfinite(out).all()
+    for n, p in m.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), n
