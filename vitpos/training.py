@@ -1,5 +1,9 @@
 """A training run: output folder, Trainer, fit, test, and the optional resolution sweep.
 
+With ``--train-resolutions R1 R2 ...`` each training batch is at one of those resolutions, the
+same on every rank at the same step (``vitpos.data.base.MultiResBatchSampler``); validation,
+test and the best-checkpoint choice stay at ``img_size``.
+
 The folder ``OUT`` holds ``config.yaml`` (the resolved config), ``checkpoints/last.ckpt`` and
 ``checkpoints/best-*.ckpt``, ``logs/`` (CSV), ``tb/`` (TensorBoard) and ``results.json``.
 """
@@ -119,6 +123,7 @@ def run(cfg: Config) -> dict:
         load_checkpoint(ckpt_path)  # a corrupt or foreign file fails here, in one line
     L.seed_everything(cfg.trainer.seed, workers=True, verbose=False)
     dm = build_datamodule(cfg.data, img_size=cfg.model.img_size, seed=cfg.trainer.seed)
+    dm.train_resolutions = list(cfg.trainer.train_resolutions)  # one resolution per batch; see vitpos.data.base
     cfg.model.num_classes, cfg.model.in_chans = dm.num_classes, dm.in_chans
     lit = LitViT(cfg.to_dict())
     if cfg.trainer.compile:

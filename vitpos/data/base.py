@@ -3,7 +3,18 @@
 A family says what it is (``num_classes``, ``in_chans``, ``mean``, ``std``, ``native_size``)
 and how to read one split without transforms (``raw_split(split)`` -> (PIL image, int)); the
 base adds the transforms, the loaders and ``eval_dataset(R)`` for resolution transfer.
-Families that render natively (``shapes``) override ``train_dataset`` / ``eval_dataset``.
+Families that render natively (``shapes``) override ``train_dataset`` / ``eval_dataset`` /
+``train_dataset_at``.
+
+Multi-resolution training (``train_resolutions``, set from ``--train-resolutions``): every
+training batch is at ONE resolution, drawn per batch by :class:`MultiResBatchSampler` as a pure
+function of (seed, epoch, batch index); no global RNG, so every DDP rank draws the same
+resolution at the same step without communicating (each rank's DistributedSampler yields the
+same number of batches). The sampler yields ``(index, resolution)`` keys and
+:class:`MultiResDataset` serves them: rendered natively where the family can
+(``train_dataset_at``), else the img_size batch, already transformed, is resized (bicubic,
+antialiased) in the loader (in the workers when ``num_workers`` > 0). Validation and test stay at
+img_size.
 """
 
 from __future__ import annotations
@@ -14,7 +25,8 @@ from typing import Any, ClassVar
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset
+import torch.nn.functional as F
+from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, Sampler
 
 from ..config import ConfigError, DataConfig
 from .transforms import check_data_config, eval_transform, to_hw, train_transform
@@ -41,6 +53,67 @@ class TransformDataset(Dataset):
         return (self.transform(x) if self.transform is not None else x), int(y)
 
 
+def batch_resolution(resolutions: list[int], seed: int, epoch: int, index: int) -> int:
+    """The resolution of batch ``index`` of ``epoch``: a pure function of its arguments (same on every rank)."""
+    key = ((seed * 1_000_003 + epoch) * 1_000_003 + index) % (2**63 - 1)
+    g = torch.Generator().manual_seed(key)
+    return resolutions[int(torch.randint(len(resolutions), (1,), generator=g))]
+
+
+class MultiResBatchSampler(BatchSampler):
+    """Batches of ``(index, resolution)`` keys, one resolution per batch (see the module docstring).
+
+    The epoch is the one Lightning sets on ``sampler`` (``set_epoch``, which a DistributedSampler
+    has; the single-device loader uses a one-replica DistributedSampler for the same reason), so a
+    resumed run draws the same resolutions as an uninterrupted one. Under DDP Lightning rebuilds
+    this sampler around its own DistributedSampler, keeping ``resolutions`` and ``seed``.
+    """
+
+    def __init__(
+        self, sampler: Sampler[int], batch_size: int, drop_last: bool, *, resolutions: list[int], seed: int = 0
+    ):
+        super().__init__(sampler, batch_size, drop_last)
+        if not resolutions:
+            raise ValueError("MultiResBatchSampler needs at least one resolution")
+        self.resolutions, self.seed = [int(r) for r in resolutions], int(seed)
+
+    def __iter__(self):
+        epoch = int(getattr(self.sampler, "epoch", 0))
+        for b, batch in enumerate(super().__iter__()):
+            r = batch_resolution(self.resolutions, self.seed, epoch, b)
+            yield [(i, r) for i in batch]
+
+
+class MultiResDataset(Dataset):
+    """Serves ``(index, resolution)`` keys of one batch at that one resolution.
+
+    ``render(hw)`` returns the training set rendered natively at (H, W); without it the items of
+    ``base`` (already transformed, at img_size) are stacked and resized (bicubic, antialiased).
+    """
+
+    def __init__(self, base: Dataset, render: Any = None) -> None:
+        self.base, self.render = base, render
+
+    def __len__(self) -> int:
+        return len(self.base)  # type: ignore[arg-type]
+
+    def __getitems__(self, keys: list[tuple[int, int]]) -> list[tuple[torch.Tensor, int]]:
+        sizes = {r for _, r in keys}
+        if len(sizes) != 1:
+            raise ValueError(f"a multi-resolution batch must have one resolution, got {sorted(sizes)}")
+        hw = to_hw(sizes.pop())
+        idx = [i for i, _ in keys]
+        ds = self.render(hw) if self.render is not None else self.base
+        items = ds.__getitems__(idx) if hasattr(ds, "__getitems__") else [ds[i] for i in idx]
+        x = torch.stack([xi for xi, _ in items])  # (B, C, H, W)
+        if x.shape[-2:] != hw:
+            x = F.interpolate(x, size=hw, mode="bicubic", antialias=True, align_corners=False)
+        return [(xi, int(yi)) for xi, (_, yi) in zip(x, items, strict=True)]
+
+    def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, int]:
+        return self.__getitems__([key])[0]
+
+
 def holdout_split(n: int, holdout: int, seed: int = 0) -> tuple[list[int], list[int]]:
     """Fixed-seed (train, val) index lists carving `holdout` of n items for val."""
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
@@ -50,7 +123,9 @@ def holdout_split(n: int, holdout: int, seed: int = 0) -> tuple[list[int], list[
 class VitposDataModule(L.LightningDataModule):
     """Base class: loaders from ``cfg`` (batch_size, num_workers) and the eval protocol.
 
-    Under DDP, Lightning adds its DistributedSampler to these loaders itself."""
+    Under DDP, Lightning adds its DistributedSampler to these loaders itself.
+    ``train_resolutions`` (empty: off) switches the training loader to one resolution per batch
+    (see the module docstring); the training run sets it from ``cfg.trainer.train_resolutions``."""
 
     name: ClassVar[str] = ""
     num_classes: int
@@ -68,6 +143,7 @@ class VitposDataModule(L.LightningDataModule):
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
+        self.train_resolutions: list[int] = []
 
     # -- what a family provides -------------------------------------------------------------
     def raw_split(self, split: str) -> Dataset:
@@ -88,6 +164,11 @@ class VitposDataModule(L.LightningDataModule):
 
     def train_dataset(self) -> Dataset:
         return TransformDataset(self.raw("train"), train_transform(self.img_size, self.cfg, self.mean, self.std))
+
+    def train_dataset_at(self, hw: tuple[int, int]) -> Dataset | None:
+        """The training set rendered natively at (H, W), for multi-resolution training; None (the
+        default): the family cannot, and the img_size batch is resized instead."""
+        return None
 
     def eval_dataset(self, resolution: int | tuple[int, int], split: str = "val") -> Dataset:
         """Split `split` at `resolution` (R or (H, W)) under the eval protocol of the config:
@@ -121,7 +202,29 @@ class VitposDataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, train=True)
+        if not self.train_resolutions:
+            return self._loader(self.train_set, train=True)
+        if self.train_set is None:
+            raise RuntimeError("call setup() before asking for a dataloader")
+        ds = self.train_set
+        native = self.train_dataset_at(to_hw(self.img_size)) is not None
+        nw = self.cfg.num_workers
+        # One replica: a shuffling sampler with set_epoch, which Lightning swaps for its own under DDP.
+        sampler = DistributedSampler(ds, num_replicas=1, rank=0, shuffle=True, seed=self.seed)
+        batches = MultiResBatchSampler(
+            sampler,
+            self.cfg.batch_size,
+            drop_last=len(ds) >= self.cfg.batch_size,  # type: ignore[arg-type]
+            resolutions=self.train_resolutions,
+            seed=self.seed,
+        )
+        return DataLoader(
+            MultiResDataset(ds, self.train_dataset_at if native else None),
+            batch_sampler=batches,
+            num_workers=nw,
+            persistent_workers=nw > 0,
+            pin_memory=torch.cuda.is_available(),
+        )
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_set, train=False)

@@ -39,6 +39,9 @@ only the rasterisation and the pixel noise (a hash of the pixel position at that
 resolution) differ. A non-square canvas H x W shows the same scene stretched, as a
 "full" resize of a photo would; labels are defined in the scene's coordinates.
 
+Multi-resolution training (``--train-resolutions``): each batch is rendered natively at its
+resolution (``train_dataset_at``), not resized.
+
 Evaluation: ``eval_dataset(R)`` renders natively at R (or H x W); the crop protocol
 (``eval_resize`` / ``crop_ratio``) does not apply to ``shapes``.
 
@@ -328,6 +331,11 @@ class ShapesDataModule(VitposDataModule):
 
     def train_dataset(self) -> Dataset:
         return self._dataset("train", (self.img_size, self.img_size), train=True)
+
+    def train_dataset_at(self, hw: tuple[int, int]) -> Dataset:
+        """The training split rendered natively at (H, W): multi-resolution training draws the same
+        scenes at every resolution (each split rendered once per resolution, then cached)."""
+        return self._dataset("train", to_hw(hw), train=True)
 
     def eval_dataset(self, resolution: int | tuple[int, int], split: str = "val") -> Dataset:
         """Split `split` rendered natively at `resolution` (R or (H, W)); no crop protocol."""

@@ -1,0 +1,410 @@
+"""Diagnostics of one checkpoint: what its position scheme learned, and whether the model uses it.
+
+    python -m vitpos.diagnose --ckpt runs/a/checkpoints/last.ckpt --out DIR [--num-images 256]
+
+Each picture is drawn only for schemes that use its hook, detected generically through the seam
+(nothing here knows scheme names):
+
+* ``position_similarity.png`` (``tokens`` adds something: learned, sincos2d, compositions with
+  them): each position's cosine similarity to every other, an h x w grid of h x w maps (the ViT
+  paper's figure);
+* ``bias_centre_query.png`` (``attention`` returns a ``bias``: relbias, cpb, ...): the logit bias
+  the centre query gives every key, per head, first and last block;
+* ``rope_kernel.png`` (``attention`` returns a ``rope``): the rotated q.k for q = k = all ones, per
+  head, as a function of the key's offset (dy, dx) from the centre query (first block);
+* ``attention_distance.png`` (every scheme): mean attention distance (patch units) per layer and
+  head on the checkpoint's validation images.
+
+``diagnostics.json`` holds the numbers, including the **patch-shuffle test**: top-1 on the first
+``--num-images`` validation images as they are and with their patches permuted (one fixed
+permutation for all). A model blind to position (``none`` + patch stem) scores the same on both.
+
+Attention weights are recomputed from the inputs of each block's ``Attention`` (hooked), as
+softmax(q k^T * scale + bias) with the rope rotation applied: the model's forward is untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from einops import rearrange
+from torch import Tensor
+from torch.utils.data import DataLoader, Subset
+
+from .config import ConfigError
+from .model import Attention, ViT
+from .pos.base import AttnPos, Grid, grid_coords, rotate
+
+PICTURES = ("position_similarity.png", "bias_centre_query.png", "rope_kernel.png", "attention_distance.png")
+SUMMARY = "diagnostics.json"
+SHUFFLE_SEED = 0
+
+
+# -- what the scheme does at each hook ------------------------------------------------------------
+@torch.no_grad()
+def additive_embedding(model: ViT, grid: Grid | None = None) -> Tensor | None:
+    """(N, D) what ``pos.tokens`` adds to zero tokens on ``grid`` (default: the training grid); None if nothing."""
+    grid = grid or model.grid
+    zeros = torch.zeros(1, grid[0] * grid[1], model.pos.dim)
+    added = model.pos.tokens(zeros, grid)[0]
+    return added if added.abs().max() > 0 else None
+
+
+@torch.no_grad()
+def attention_pos(model: ViT, grid: Grid | None = None) -> list[AttnPos]:
+    return model.pos.attention(grid or model.grid, torch.device("cpu"))
+
+
+def position_similarity(emb: Tensor) -> Tensor:
+    """(N, D) -> (N, N) cosine similarity of every position to every other."""
+    e = torch.nn.functional.normalize(emb.float(), dim=-1)
+    return e @ e.T
+
+
+def centre_index(grid: Grid) -> int:
+    return (grid[0] // 2) * grid[1] + grid[1] // 2
+
+
+def centre_bias(model: ViT, grid: Grid | None = None) -> Tensor | None:
+    """(depth, heads, h, w) logit bias of the centre query to every key; None if the scheme has no bias."""
+    grid = grid or model.grid
+    per_block = attention_pos(model, grid)
+    if all(a.bias is None for a in per_block):
+        return None
+    p, n, q = model.num_prefix_tokens, grid[0] * grid[1], centre_index(grid)
+    maps = []
+    for a in per_block:
+        b = torch.zeros(model.pos.num_heads, n) if a.bias is None else a.bias[:, p + q, p:].float()
+        maps.append(rearrange(b, "heads (h w) -> heads h w", h=grid[0]))
+    return torch.stack(maps)
+
+
+def rope_kernel(model: ViT, grid: Grid | None = None, block: int = 0) -> Tensor | None:
+    """(heads, h, w): rotated q.k * scale for q = k = all ones, the centre query against every key
+    (the key at (y, x) sits at offset (y - h//2, x - w//2)); None if the scheme rotates nothing."""
+    grid = grid or model.grid
+    a = attention_pos(model, grid)[block]
+    if a.rope is None:
+        return None
+    heads, d, p = model.pos.num_heads, model.pos.head_dim, model.num_prefix_tokens
+    cos, sin = a.rope
+    ones = torch.ones(1, heads, cos.shape[-2], d)
+    r = rotate(ones, cos.float(), sin.float())[0, :, p:]  # (heads, N, d): patch tokens
+    q = centre_index(grid)
+    logits = (r[:, q : q + 1] @ r.transpose(-1, -2))[:, 0] * d**-0.5 * a.logit_scale  # (heads, N)
+    return rearrange(logits, "heads (h w) -> heads h w", h=grid[0])
+
+
+# -- attention maps, recomputed -------------------------------------------------------------------
+def recompute_attention(attn: Attention, x: Tensor, pos: AttnPos) -> Tensor:
+    """(B, heads, N, N) softmax weights of ``attn`` on its input ``x`` (B, N, D), as its forward computes them."""
+    q, k, _ = rearrange(attn.qkv(x), "b n (three h d) -> three b h n d", three=3, h=attn.num_heads)
+    if pos.rope is not None:
+        cos, sin = pos.rope
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+    logits = (q @ k.transpose(-1, -2)) * (pos.logit_scale * attn.head_dim**-0.5)
+    if pos.bias is not None:
+        logits = logits + pos.bias.to(logits.dtype)
+    return logits.softmax(dim=-1)
+
+
+@torch.no_grad()
+def attention_maps(model: ViT, images: Tensor) -> list[Tensor]:
+    """One (B, heads, N, N) attention tensor per block (N including prefix tokens) for ``images``."""
+    inputs: list[tuple[Attention, Tensor, AttnPos]] = []
+    hooks = [
+        block.attn.register_forward_pre_hook(lambda m, args: inputs.append((m, args[0], args[1])))
+        for block in model.blocks
+    ]
+    try:
+        model(images)
+    finally:
+        for h in hooks:
+            h.remove()
+    return [recompute_attention(m, x, pos) for m, x, pos in inputs]
+
+
+def grid_distances(grid: Grid) -> Tensor:
+    """(N, N) Euclidean distance between token positions, in patches."""
+    ys, xs = grid_coords(grid)
+    return torch.sqrt((ys[:, None] - ys[None]) ** 2 + (xs[:, None] - xs[None]) ** 2)
+
+
+@torch.no_grad()
+def mean_attention_distance(model: ViT, loader) -> Tensor:
+    """(depth, heads) mean over images and patch queries of sum_k a_qk |pos_q - pos_k| (patches).
+
+    Only patch-to-patch attention counts: a query's weights on patch keys are renormalised to sum
+    to 1 (a class token has no place on the grid). Bounded by the grid's diagonal."""
+    total, count = None, 0
+    for images, _ in loader:
+        grid = model.grid_for(images.shape[-2:])
+        dist, p = grid_distances(grid), model.num_prefix_tokens
+        per_block = []
+        for a in attention_maps(model, images):
+            a = a[:, :, p:, p:]
+            a = a / a.sum(-1, keepdim=True)
+            per_block.append((a * dist).sum(-1).mean(-1).sum(0))  # (heads,), summed over images
+        batch = torch.stack(per_block)
+        total = batch if total is None else total + batch
+        count += images.shape[0]
+    if total is None:
+        raise ConfigError("no images to measure attention distance on")
+    return total / count
+
+
+def max_grid_distance(grid: Grid) -> float:
+    return math.hypot(grid[0] - 1, grid[1] - 1)
+
+
+# -- the patch-shuffle test -----------------------------------------------------------------------
+def shuffle_patches(images: Tensor, patch_size: int, perm: Tensor) -> Tensor:
+    """Permute the p x p patches of (B, C, H, W) images by ``perm`` (one permutation of the h*w patches)."""
+    h, w = images.shape[-2] // patch_size, images.shape[-1] // patch_size
+    x = rearrange(images, "b c (h p1) (w p2) -> b (h w) c p1 p2", p1=patch_size, p2=patch_size)
+    return rearrange(x[:, perm], "b (h w) c p1 p2 -> b c (h p1) (w p2)", h=h, w=w)
+
+
+@torch.no_grad()
+def patch_shuffle_test(model: ViT, loader, seed: int = SHUFFLE_SEED) -> dict[str, Any]:
+    """Top-1 on the loader's images as they are and with their patches permuted (one fixed permutation)."""
+    hits = hits_shuffled = seen = 0
+    perm = None
+    for images, labels in loader:
+        h, w = model.grid_for(images.shape[-2:])
+        if perm is None:
+            perm = torch.randperm(h * w, generator=torch.Generator().manual_seed(seed))
+        hits += int((model(images).argmax(-1) == labels).sum())
+        shuffled = shuffle_patches(images, model.patch_size, perm)
+        hits_shuffled += int((model(shuffled).argmax(-1) == labels).sum())
+        seen += labels.shape[0]
+    if not seen:
+        raise ConfigError("no images for the patch-shuffle test")
+    top1, top1_shuffled = hits / seen, hits_shuffled / seen
+    return {"top1": top1, "top1_shuffled": top1_shuffled, "drop": top1 - top1_shuffled,
+            "num_images": seen, "seed": seed}  # fmt: skip
+
+
+# -- pictures -------------------------------------------------------------------------------------
+def _plt():
+    import matplotlib.pyplot as plt  # the command line selects Agg; a notebook keeps its own backend
+
+    return plt
+
+
+def mosaic(maps: Tensor, grid: Grid) -> Tensor:
+    """(N, h, w) maps, one per position -> one (h*(h+1)-1, w*(w+1)-1) image laid out on the grid, NaN gaps."""
+    h, w = grid
+    out = torch.full((h * (h + 1) - 1, w * (w + 1) - 1), float("nan"))
+    for i in range(h):
+        for j in range(w):
+            out[i * (h + 1) : i * (h + 1) + h, j * (w + 1) : j * (w + 1) + w] = maps[i * w + j]
+    return out
+
+
+def plot_position_similarity(model: ViT, path: str | Path) -> Path | None:
+    """Draw the similarity mosaic to ``path``; None (nothing drawn) when the scheme adds nothing to tokens."""
+    emb = additive_embedding(model)
+    if emb is None:
+        return None
+    plt = _plt()
+    grid = model.grid
+    sim = rearrange(position_similarity(emb), "n (h w) -> n h w", h=grid[0])
+    fig, ax = plt.subplots(figsize=(6, 6))
+    im = ax.imshow(mosaic(sim, grid).numpy(), cmap="viridis", vmin=float(sim.min()), vmax=1)
+    ax.set_xticks([(j * (grid[1] + 1) + grid[1] / 2 - 0.5) for j in range(grid[1])], range(1, grid[1] + 1))
+    ax.set_yticks([(i * (grid[0] + 1) + grid[0] / 2 - 0.5) for i in range(grid[0])], range(1, grid[0] + 1))
+    ax.set_xlabel("input patch column")
+    ax.set_ylabel("input patch row")
+    ax.set_title("position embedding: cosine similarity")
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    return _save(fig, path)
+
+
+def _heads_figure(maps: Tensor, rows: list[str], title: str, cbar: str, extent=None):
+    """maps (rows, heads, h, w) -> one panel per (row, head), a shared colour scale symmetric about 0."""
+    plt = _plt()
+    n_rows, heads = maps.shape[:2]
+    lim = float(maps.abs().max()) or 1.0
+    fig, axes = plt.subplots(n_rows, heads, figsize=(2.2 * heads + 1, 2.2 * n_rows + 0.6), squeeze=False)
+    for r in range(n_rows):
+        for hd in range(heads):
+            ax = axes[r][hd]
+            im = ax.imshow(maps[r, hd].numpy(), cmap="RdBu_r", vmin=-lim, vmax=lim, extent=extent)
+            ax.set_title(f"{rows[r]} head {hd}", fontsize=8)
+            ax.tick_params(labelsize=6)
+    fig.colorbar(im, ax=axes, fraction=0.02, label=cbar)
+    fig.suptitle(title)
+    return fig
+
+
+def _offset_extent(grid: Grid):
+    h, w = grid
+    return (-(w // 2) - 0.5, w - 1 - w // 2 + 0.5, h - 1 - h // 2 + 0.5, -(h // 2) - 0.5)
+
+
+def plot_bias(model: ViT, path: str | Path) -> Path | None:
+    """Centre-query bias per head, first and last block, to ``path``; None when the scheme has no bias."""
+    bias = centre_bias(model)
+    if bias is None:
+        return None
+    blocks = sorted({0, bias.shape[0] - 1})
+    fig = _heads_figure(bias[blocks], [f"block {b}" for b in blocks], "logit bias of the centre query",
+                        "bias", _offset_extent(model.grid))  # fmt: skip
+    return _save(fig, path)
+
+
+def plot_rope_kernel(model: ViT, path: str | Path) -> Path | None:
+    """RoPE offset kernel per head (first block) to ``path``; None when the scheme rotates nothing."""
+    kernel = rope_kernel(model)
+    if kernel is None:
+        return None
+    fig = _heads_figure(kernel[None], ["block 0"], "rotated q.k (q = k = 1) vs offset (dy, dx)",
+                        "logit", _offset_extent(model.grid))  # fmt: skip
+    return _save(fig, path)
+
+
+def plot_attention_distance(dist: Tensor, path: str | Path, max_dist: float | None = None) -> Path:
+    """Mean attention distance per head (dots) against layer, as in the ViT paper."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    depth, heads = dist.shape
+    for hd in range(heads):
+        ax.scatter(range(depth), dist[:, hd].numpy(), s=14, label=f"head {hd}" if heads <= 8 else None)
+    if max_dist is not None:
+        ax.axhline(max_dist, color="0.5", linestyle="--", linewidth=1)
+    ax.set_xticks(range(depth))
+    ax.set_xlabel("block")
+    ax.set_ylabel("mean attention distance (patches)")
+    ax.set_ylim(bottom=0)
+    if heads <= 8:
+        ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def _save(fig, path: str | Path) -> Path:
+    path = Path(path)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    _plt().close(fig)
+    return path
+
+
+# -- one checkpoint -------------------------------------------------------------------------------
+def check_out(out: Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise ConfigError(f"{out} is not empty; pass --overwrite or choose another --out")
+
+
+def diagnose(
+    ckpt: str | Path,
+    out: str | Path,
+    *,
+    num_images: int = 256,
+    data_dir: str | None = None,
+    overwrite: bool = False,
+    batch_size: int = 64,
+) -> dict[str, Any]:
+    """Write the pictures and ``diagnostics.json`` for ``ckpt`` into ``out``; return the summary."""
+    from .checkpoint import model_from_checkpoint
+    from .data import build_datamodule
+
+    if num_images <= 0:
+        raise ConfigError(f"--num-images must be a positive integer, got {num_images}")
+    out = Path(out)
+    check_out(out, overwrite)
+    cfg, model = model_from_checkpoint(ckpt)
+    if data_dir is not None:
+        cfg.data.data_dir = data_dir
+    dm = build_datamodule(cfg.data, img_size=cfg.model.img_size, seed=cfg.trainer.seed)
+    if (dm.num_classes, dm.in_chans) != (cfg.model.num_classes, cfg.model.in_chans):
+        raise ConfigError(f"data set '{cfg.data.name}' does not match the checkpoint's classes or channels")
+    val = dm.eval_dataset(cfg.model.img_size)
+    loader = DataLoader(Subset(val, range(min(num_images, len(val)))), batch_size=batch_size)  # type: ignore[arg-type]
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name in (*PICTURES, SUMMARY):  # an earlier result's pictures must not pass for this one's
+        (out / name).unlink(missing_ok=True)
+    drawn = [
+        plot_position_similarity(model, out / "position_similarity.png"),
+        plot_bias(model, out / "bias_centre_query.png"),
+        plot_rope_kernel(model, out / "rope_kernel.png"),
+    ]
+    dist = mean_attention_distance(model, loader)
+    grid = model.grid
+    drawn.append(plot_attention_distance(dist, out / "attention_distance.png", max_grid_distance(grid)))
+    shuffle = patch_shuffle_test(model, loader)
+    summary = {
+        "checkpoint": str(ckpt),
+        "scheme": cfg.model.pos,
+        "stem": cfg.model.stem,
+        "data": cfg.data.name,
+        "img_size": cfg.model.img_size,
+        "grid": list(grid),
+        "hooks": {
+            "tokens": additive_embedding(model) is not None,
+            "bias": centre_bias(model) is not None,
+            "rope": rope_kernel(model) is not None,
+        },
+        "pictures": [p.name for p in drawn if p is not None],
+        "mean_attention_distance": [[round(float(v), 4) for v in row] for row in dist],
+        "mean_attention_distance_per_block": [round(float(v), 4) for v in dist.mean(-1)],
+        "max_grid_distance": round(max_grid_distance(grid), 4),
+        "patch_shuffle": shuffle,
+    }
+    (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def report(summary: dict[str, Any]) -> str:
+    s = summary["patch_shuffle"]
+    hooks = ", ".join(k for k, v in summary["hooks"].items() if v) or "none"
+    per_block = " ".join(f"{v:.2f}" for v in summary["mean_attention_distance_per_block"])
+    return (
+        f"{summary['scheme']}/{summary['stem']} ({hooks}): patch-shuffle top-1 {s['top1']:.4f} -> "
+        f"{s['top1_shuffled']:.4f} on {s['num_images']} images; mean attention distance per block "
+        f"{per_block} (max {summary['max_grid_distance']:.2f} patches); pictures: {', '.join(summary['pictures'])}"
+    )
+
+
+# -- command line ---------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, like every other bad input
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m vitpos.diagnose", description="Pictures and numbers on one checkpoint's positions.")
+    p.add_argument("--ckpt", required=True, metavar="FILE", help="checkpoint to diagnose")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the PNGs and diagnostics.json")
+    p.add_argument("--num-images", type=int, default=256, help="validation images to use (default 256)")
+    p.add_argument("--data-dir", help="where the data set's files are (default: the checkpoint's)")
+    p.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    args = build_parser().parse_args(argv)
+    try:
+        summary = diagnose(args.ckpt, args.out, num_images=args.num_images, data_dir=args.data_dir,
+                           overwrite=args.overwrite)  # fmt: skip
+    except ConfigError as e:
+        print(f"vitpos.diagnose: error: {e}", file=sys.stderr)
+        return 2
+    print(report(summary))
+    print(f"vitpos.diagnose: wrote {', '.join(summary['pictures'])} and {SUMMARY} to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
