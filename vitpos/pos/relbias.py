@@ -65,7 +65,8 @@ class RelBiasPos(PosScheme):
             lambda: relative_position_index(grid, table_grid, self.method == "clamp", self.table.device),
         )
         n = grid[0] * grid[1]
-        bias = rearrange(table[:, index.flatten()], "l (i j) heads -> l heads i j", i=n)  # one gather, all blocks
+        # one gather for all blocks; contiguous so that SDPA reads each block's (heads, N, N) mask in place
+        bias = rearrange(table[:, index.flatten()], "l (i j) heads -> l heads i j", i=n).contiguous()
         p = self.num_prefix_tokens
         return F.pad(bias, [p, 0, p, 0]) if p else bias
 
