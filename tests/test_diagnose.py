@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from einops import rearrange
+from helpers import run_notebook
 from torch.utils.data import DataLoader, TensorDataset
 
 import vitpos
@@ -201,22 +202,9 @@ def test_cli_bad_input_fails_in_one_line(ckpt, tmp_path, capsys):
 
 # -- notebook -------------------------------------------------------------------------------------
 def test_notebook_executes_on_a_tiny_result(ckpt, tmp_path, monkeypatch):
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    pytest.importorskip("ipykernel")
     out = tmp_path / "diag"
     dg.diagnose(ckpt, out, num_images=8)
-    monkeypatch.setenv("VITPOS_DIAG_DIR", str(out))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    nb = nbformat.read(ROOT / "notebooks" / "position_anatomy.ipynb", as_version=4)
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "store the notebook without outputs"
-    nbclient.NotebookClient(
-        nb, kernel_name="python3", timeout=180, resources={"metadata": {"path": str(ROOT)}}
-    ).execute()
-    text = "".join(o.get("text", "") + str(o.get("data", {}).get("text/markdown", ""))
-                   for c in nb.cells if c.cell_type == "code" for o in c.outputs)  # fmt: skip
+    text = run_notebook("position_anatomy.ipynb", monkeypatch, VITPOS_DIAG_DIR=str(out))
     assert "learned/patch" in text and "patch-shuffle" in text
     for pos in vitpos.POS_SCHEMES:
         assert pos in text

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import run_notebook
 
 import vitpos
 from vitpos import evaluate as ev
@@ -245,9 +246,6 @@ def test_default_out_is_beside_the_checkpoint(ckpt):
 
 # -- notebook -------------------------------------------------------------------------------------
 def test_notebook_executes_on_a_tiny_result(tmp_path, monkeypatch):
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    pytest.importorskip("ipykernel")
     records = [
         {"checkpoint": f"runs/{pos}/last.ckpt", "scheme": pos, "stem": "patch", "method": m, "resolution": r,
          "height": r, "width": r, "train_resolution": 32, "top1": 0.5 + 0.01 * r / 8, "samples": 10}
@@ -257,14 +255,5 @@ def test_notebook_executes_on_a_tiny_result(tmp_path, monkeypatch):
     ]  # fmt: skip
     path = tmp_path / "resolution.json"
     path.write_text(json.dumps(records))
-    monkeypatch.setenv("VITPOS_RESOLUTION_JSON", str(path))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    nb = nbformat.read(ROOT / "notebooks" / "resolution_transfer.ipynb", as_version=4)
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "store the notebook without outputs"
-    nbclient.NotebookClient(
-        nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(ROOT)}}
-    ).execute()
-    text = "".join(o.get("text", "") + str(o.get("data", {}).get("text/markdown", ""))
-                   for c in nb.cells if c.cell_type == "code" for o in c.outputs)  # fmt: skip
+    text = run_notebook("resolution_transfer.ipynb", monkeypatch, timeout=120, VITPOS_RESOLUTION_JSON=str(path))
     assert "rope2d/patch" in text and "bicubic" in text

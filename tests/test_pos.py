@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from helpers import TRAIN, with_grads  # noqa: E402
 from timm.layers import (
     apply_rot_embed_cat,
     build_sincos2d_pos_embed,
@@ -19,15 +20,6 @@ from vitpos.pos.base import rotate
 from vitpos.pos.relbias import relative_position_index
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-TRAIN = (8, 8)  # the tiny models' training grid (32 px / patch 4)
-
-
-def with_grads(m, img=(32, 32)):
-    """One training-mode backward so learned parameters have gradients."""
-    m.train()
-    m(torch.randn(2, 3, *img)).square().mean().backward()
-    return m
 
 
 def pos_outputs(pos, grid) -> list[torch.Tensor]:

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import TRAIN  # noqa: E402
 
 import vitpos
 from vitpos.lit import param_groups
@@ -17,14 +18,6 @@ from vitpos.pos.cpb import log_offsets_table
 from vitpos.pos.rope2d import Rope2dPos
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-TRAIN = (8, 8)  # the tiny models' training grid (32 px / patch 4)
-
-
-def with_grads(m, img=(32, 32)):
-    m.train()
-    m(torch.randn(2, 3, *img)).square().mean().backward()
-    return m
 
 
 def grid_yx(grid):
