@@ -250,3 +250,15 @@ def test_yarn_temperature_reaches_sdpa(tiny, monkeypatch):
     expected = m.pos.attention((16, 16))[0].logit_scale * m.pos.head_dim**-0.5
     assert expected > m.pos.head_dim**-0.5
     assert scales == [pytest.approx(expected)] * len(m.blocks)
+
+
+@pytest.mark.parametrize("pos", vitpos.POS_SCHEMES)
+def test_grayscale_input_through_every_scheme(pos, tiny):
+    """One input channel (Fashion-MNIST, digits): 28 px, patch 4 -> a 7x7 grid, and 20/36 px at test time."""
+    for stem in vitpos.STEMS:
+        m = tiny(pos, stem=stem, in_chans=1, img_size=28).eval()
+        for side in (20, 28, 36):
+            out = m(torch.randn(2, 1, side, side))
+            assert out.shape == (2, 5) and torch.isfinite(out).all()
+        with pytest.raises(RuntimeError):
+            m(torch.randn(2, 3, 28, 28))  # a 1-channel model refuses RGB rather than guessing

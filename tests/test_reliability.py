@@ -188,3 +188,44 @@ def test_hostile_checkpoint_is_refused_and_never_runs_code(good_ckpt, tmp_path, 
     assert main(["--resume", "--out", str(out)]) == 2
     assert "refused" in capsys.readouterr().err
     assert not marker.exists()
+
+
+# -- atomic writes and never overwriting a run -------------------------------------------------------------------
+
+
+def test_a_save_that_dies_midway_leaves_the_old_checkpoint_intact(good_ckpt, tmp_path, monkeypatch):
+    from vitpos.checkpoint import AtomicCheckpointIO
+
+    target = tmp_path / "last.ckpt"
+    target.write_bytes(good_ckpt.read_bytes())
+    real_save = torch.save
+
+    def dies_midway(obj, f, *a, **kw):
+        f.write(b"PK\x03\x04 half a zip")  # some bytes reach the disk, then the process 'dies'
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", dies_midway)
+    with pytest.raises(KeyboardInterrupt):
+        AtomicCheckpointIO().save_checkpoint({"state_dict": {}}, target)
+    monkeypatch.setattr(torch, "save", real_save)
+    assert target.read_bytes() == good_ckpt.read_bytes()  # untouched
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no temp file left behind
+    load_checkpoint(target)
+
+
+def test_overwrite_moves_the_earlier_run_aside(tmp_path, capsys):
+    from vitpos.config import Config
+    from vitpos.training import resolve_out
+
+    out = tmp_path / "run"
+    (out / "checkpoints").mkdir(parents=True)
+    (out / "checkpoints" / "last.ckpt").write_bytes(b"the user's work")
+    cfg = Config()
+    cfg.trainer.out = str(out)
+    with pytest.raises(ConfigError, match="already holds a run"):
+        resolve_out(cfg)
+    cfg.trainer.overwrite = True
+    assert resolve_out(cfg) == out and not out.exists()
+    (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("run.old-")]
+    assert (aside / "checkpoints" / "last.ckpt").read_bytes() == b"the user's work"
+    assert str(aside) in capsys.readouterr().err

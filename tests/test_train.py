@@ -158,3 +158,11 @@ def test_bad_input_from_the_shell_has_no_traceback(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().startswith("train.py: error: unknown --pos 'bogus'")
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_every_shipped_config_parses_and_builds_its_model():
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        cfg = Config.from_yaml(path)
+        cfg.model.depth = 1  # the build is what is checked, not the size
+        model = model_from_config(cfg)
+        assert model.grid == (cfg.model.img_size // cfg.model.patch_size,) * 2, path.name
