@@ -72,7 +72,8 @@ class CpbPos(PosScheme):
         hidden = F.relu(torch.einsum("tc,lch->lth", table.to(self.w1.dtype), self.w1) + self.b1)
         out = 16 * torch.sigmoid(torch.einsum("lth,lhk->ltk", hidden, self.w2))  # (depth, T, heads)
         n = grid[0] * grid[1]
-        bias = rearrange(out[:, index.flatten()], "l (i j) heads -> l heads i j", i=n)  # one gather, all blocks
+        # one gather for all blocks; contiguous so that SDPA reads each block's mask in place
+        bias = rearrange(out[:, index.flatten()], "l (i j) heads -> l heads i j", i=n).contiguous()
         p = self.num_prefix_tokens
         return F.pad(bias, [p, 0, p, 0]) if p else bias
 
