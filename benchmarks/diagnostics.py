@@ -41,9 +41,9 @@ def main(argv: list[str] | None = None) -> None:
         "",
         "**Patch-shuffle test**: top-1 as the images are, and with the patches permuted (one fixed permutation). "
         "A model that ignores position loses nothing; `shapes` needs position, so a model that solved it drops "
-        "towards the 25 % bag-of-patches ceiling.",
+        "towards the 25 % bag-of-patches ceiling. Attention distances are in patches.",
         "",
-        "| run | top-1 | top-1, patches shuffled | drop | mean attention distance, first / last block (patches) | pictures |",
+        "| run | top-1 | top-1, patches shuffled | drop | mean attention distance, first / last block | pictures |",
         "|---|---|---|---|---|---|",
     ]
     for run in runs:
