@@ -44,6 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, help="training epochs (default: the Config default)")
     p.add_argument("--train-size", type=int, help="generated training images (default: the Config default)")
     p.add_argument("--img-size", type=int, default=32, help="training resolution")
+    p.add_argument("--train-resolutions", type=int, nargs="+",
+                   help="multi-resolution training: one of these per batch (run folders get a '-multires' suffix)")  # fmt: skip
     p.add_argument("--resolutions", nargs="+", default=[str(r) for r in RESOLUTIONS], help="test resolutions")
     p.add_argument("--split", default="test", choices=["val", "test"], help="split the sweep is scored on")
     p.add_argument("--eval-limit", type=int, help="score only the first N images of the split (quick checks)")
@@ -77,7 +79,7 @@ def _run(cmd: list[str]) -> None:
 def train(args: argparse.Namespace, spec: str, out: Path) -> dict:
     pos, _, stem = spec.partition(":")
     stem = stem or "patch"
-    run_dir = out / f"{pos}-{stem}"
+    run_dir = out / f"{pos}-{stem}{'-multires' if getattr(args, 'train_resolutions', None) else ''}"
     if (run_dir / "results.json").is_file() and not args.retrain:
         print(f"reusing the finished run in {run_dir}", flush=True)
     else:
@@ -88,6 +90,8 @@ def train(args: argparse.Namespace, spec: str, out: Path) -> dict:
             cmd += ["--epochs", str(args.epochs)]
         if args.train_size is not None:
             cmd += ["--train-size", str(args.train_size)]
+        if getattr(args, "train_resolutions", None):
+            cmd += ["--train-resolutions", *map(str, args.train_resolutions)]
         if run_dir.exists():
             cmd.append("--overwrite")  # an unfinished or stale run: train.py moves it aside
         _run(cmd)
