@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train-size", type=int, help="generated training images (default: the Config default)")
     p.add_argument("--img-size", type=int, default=32, help="training resolution")
     p.add_argument("--train-resolutions", type=int, nargs="+",
-                   help="multi-resolution training: one of these per batch (run folders get a '-multires' suffix)")  # fmt: skip
+                   help="multi-resolution training, one per batch (run folders get a '-multires' suffix)")  # fmt: skip
     p.add_argument("--resolutions", nargs="+", default=[str(r) for r in RESOLUTIONS], help="test resolutions")
     p.add_argument("--split", default="test", choices=["val", "test"], help="split the sweep is scored on")
     p.add_argument("--eval-limit", type=int, help="score only the first N images of the split (quick checks)")
