@@ -134,6 +134,7 @@ def test_sweep_writes_a_record_per_resolution_and_method(ckpt, tmp_path, one_thr
     for r in records:
         assert r["samples"] == VAL_SIZE and 0.0 <= r["top1"] <= 1.0
         assert (r["scheme"], r["stem"], r["train_resolution"], r["checkpoint"]) == ("rope2d", "patch", 16, str(ckpt))
+        assert r["train_resolutions"] == [16]  # single-resolution training
     non_square = [r for r in records if r["resolution"] == "16x24"]
     assert {(r["height"], r["width"], r["grid"]) for r in non_square} == {(16, 24, "4x6")}
     # At the training resolution every method is the trained model: identical counts.

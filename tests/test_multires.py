@@ -11,6 +11,7 @@ from lightning.fabric.utilities.data import _replace_dunder_methods
 from lightning.pytorch.utilities.data import _update_dataloader
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
+from vitpos import evaluate as ev
 from vitpos.config import DataConfig
 from vitpos.data import build_datamodule
 from vitpos.data.base import MultiResBatchSampler, batch_resolution
@@ -141,3 +142,7 @@ def test_a_tiny_multi_resolution_run_finishes(tmp_path, monkeypatch, extra):
     assert set(seen["val"]) == {32}
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
     assert (tmp_path / "run" / "results.json").is_file()
+    # The evaluator's records say which resolutions the model was trained at.
+    ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    records = ev.sweep([ckpt], [32], data=ev.EvalData(limit=4))
+    assert {(r["train_resolution"], tuple(r["train_resolutions"])) for r in records} == {(32, tuple(RES))}

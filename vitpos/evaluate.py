@@ -283,6 +283,8 @@ def sweep(
                     "height": h,
                     "width": w,
                     "train_resolution": cfg.model.img_size,
+                    # the resolutions seen in training (several with --train-resolutions)
+                    "train_resolutions": list(cfg.trainer.train_resolutions) or [cfg.model.img_size],
                     "patch_size": cfg.model.patch_size,
                     "grid": f"{h // cfg.model.patch_size}x{w // cfg.model.patch_size}",
                     "data": cfg.data.name,
