@@ -45,7 +45,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train-size", type=int, help="generated training images (default: the Config default)")
     p.add_argument("--img-size", type=int, default=32, help="training resolution")
     p.add_argument("--train-resolutions", type=int, nargs="+",
-                   help="multi-resolution training, one per batch (run folders get a '-multires' suffix)")  # fmt: skip
+                   help="also train every run with these resolutions, one per batch (folders '<run>-multires'), "
+                        "and compare single- with multi-resolution training")  # fmt: skip
+    p.add_argument("--multires-schemes", nargs="+", metavar="POS[:STEM]",
+                   help="the runs that get a multi-resolution twin (default: every run in --schemes)")  # fmt: skip
     p.add_argument("--resolutions", nargs="+", default=[str(r) for r in RESOLUTIONS], help="test resolutions")
     p.add_argument("--split", default="test", choices=["val", "test"], help="split the sweep is scored on")
     p.add_argument("--eval-limit", type=int, help="score only the first N images of the split (quick checks)")
@@ -57,7 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--docs", default=str(ROOT / "docs"), help="where resolution.md/.png/.json are written")
     p.add_argument("--retrain", action="store_true", help="train again even where a finished run exists")
     args = p.parse_args(argv)
-    for spec in args.schemes:
+    for spec in args.schemes + (args.multires_schemes or []):
         pos, _, stem = spec.partition(":")
         if pos not in POS_SCHEMES or (stem or "patch") not in ("patch", "conv"):
             p.error(f"bad run '{spec}': POS[:STEM] with POS in {', '.join(POS_SCHEMES)}, STEM patch or conv")
@@ -76,10 +79,11 @@ def _run(cmd: list[str]) -> None:
     subprocess.run(cmd, cwd=ROOT, env=_env(), check=True)
 
 
-def train(args: argparse.Namespace, spec: str, out: Path) -> dict:
+def train(args: argparse.Namespace, spec: str, out: Path, train_resolutions: list[int] | None = None) -> dict:
+    """Train one run (or reuse its finished folder); `train_resolutions` makes it a multi-resolution run."""
     pos, _, stem = spec.partition(":")
     stem = stem or "patch"
-    run_dir = out / f"{pos}-{stem}{'-multires' if getattr(args, 'train_resolutions', None) else ''}"
+    run_dir = out / f"{pos}-{stem}{'-multires' if train_resolutions else ''}"
     if (run_dir / "results.json").is_file() and not args.retrain:
         print(f"reusing the finished run in {run_dir}", flush=True)
     else:
@@ -90,8 +94,8 @@ def train(args: argparse.Namespace, spec: str, out: Path) -> dict:
             cmd += ["--epochs", str(args.epochs)]
         if args.train_size is not None:
             cmd += ["--train-size", str(args.train_size)]
-        if getattr(args, "train_resolutions", None):
-            cmd += ["--train-resolutions", *map(str, args.train_resolutions)]
+        if train_resolutions:
+            cmd += ["--train-resolutions", *map(str, train_resolutions)]
         if run_dir.exists():
             cmd.append("--overwrite")  # an unfinished or stale run: train.py moves it aside
         _run(cmd)
@@ -201,7 +205,130 @@ def findings(records: list[dict], train_res: int) -> str:
     return "\n\n".join(out)
 
 
-def write_doc(args: argparse.Namespace, argv: list[str], results: list[dict], sweep_dir: Path, seconds: float) -> Path:
+def _runs_table(results: list[dict], img_size: int) -> str:
+    head = (
+        f"| run | best val top-1 (%) | test top-1 at {img_size} px, best checkpoint (%) | train time (s) |\n"
+        "|---|---:|---:|---:|\n"
+    )
+    return head + "\n".join(
+        f"| {r['pos']}/{r['stem']} | {100 * r['best_val_top1']:.1f} "
+        f"| {100 * r['test'].get('test/top1', float('nan')):.1f} | {r['train_seconds']:.0f} |"
+        for r in results
+    )
+
+
+def _square(records: list[dict], scheme: str, stem: str, method: str) -> dict[int, float]:
+    return {
+        r["height"]: r["top1"]
+        for r in records
+        if (r["scheme"], r["stem"], r["method"]) == (scheme, stem, method) and r["height"] == r["width"]
+    }
+
+
+def plot_multires(single: list[dict], multi: list[dict], train_resolutions: list[int], path: Path) -> None:
+    """One panel per run: every method, single-resolution training solid, multi-resolution dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    twins = {(r["scheme"], r["stem"]) for r in multi}
+    runs = [k for k in dict.fromkeys((r["scheme"], r["stem"]) for r in single) if k in twins]
+    ncols = 4
+    nrows = -(-len(runs) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols, 2.6 * nrows), sharex=True, sharey=True,
+                             squeeze=False)  # fmt: skip
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, (scheme, stem) in zip(axes.flat, runs, strict=False):
+        ax.axvspan(min(train_resolutions), max(train_resolutions), color="0.92", zorder=0)
+        methods = dict.fromkeys(r["method"] for r in single if (r["scheme"], r["stem"]) == (scheme, stem))
+        for j, m in enumerate(methods):
+            for recs, style, tag in ((single, "-", "single"), (multi, "--", "multi")):
+                pts = sorted(_square(recs, scheme, stem, m).items())
+                ax.plot([x for x, _ in pts], [100 * y for _, y in pts], color=colours[j % len(colours)],
+                        linestyle=style, marker="o", markersize=3, label=f"{m} · {tag}")  # fmt: skip
+        ax.set_title(f"{scheme}/{stem}", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="lower left")
+    for ax in list(axes.flat)[len(runs) :]:
+        ax.set_visible(False)
+    fig.supxlabel(f"test resolution (px); shaded: the multi-resolution training range {train_resolutions}")
+    fig.supylabel("top-1 (%)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def multires_section(args: argparse.Namespace, single: list[dict], multi: list[dict], multi_results: list[dict],
+                     docs: Path) -> str:  # fmt: skip
+    """The single- vs multi-resolution comparison: table, verdicts, plot, runs."""
+    trs = list(args.train_resolutions)
+    plot_multires(single, multi, trs, docs / "resolution_multires.png")
+    cols = sorted({r["height"] for r in single if r["height"] == r["width"]})
+    big = max(cols)
+    unseen = [c for c in cols if c > max(trs) or c < min(trs)]
+    pct = lambda v: f"{100 * v:.1f}"  # noqa: E731
+    lines = [
+        "| scheme/stem | method | "
+        + " | ".join(f"{c}{' (train)' if c == args.img_size else ''}" for c in cols)
+        + f" | change at {big} |",
+        "|---|---|" + "---:|" * (len(cols) + 1),
+    ]
+    better = worse = 0
+    deltas_big, deltas_train, verdicts = [], [], []
+    twins = {(r["scheme"], r["stem"]) for r in multi}
+    for scheme, stem in [k for k in dict.fromkeys((r["scheme"], r["stem"]) for r in single) if k in twins]:
+        methods = list(dict.fromkeys(r["method"] for r in single if (r["scheme"], r["stem"]) == (scheme, stem)))
+        for m in methods:
+            a, b = _square(single, scheme, stem, m), _square(multi, scheme, stem, m)
+            cells = [f"{pct(a[c])} → {pct(b[c])}" if c in a and c in b else "" for c in cols]
+            change = f"{100 * (b[big] - a[big]):+.1f}" if big in a and big in b else ""
+            lines.append(f"| {scheme}/{stem} | {m} | " + " | ".join(cells) + f" | {change} |")
+        # Verdict per run on its best method at each resolution (the same choice for both trainings).
+        best = lambda recs, c: max(_square(recs, scheme, stem, m).get(c, float("nan")) for m in methods)  # noqa: E731,B023
+        d_big, d_train = best(multi, big) - best(single, big), best(multi, args.img_size) - best(single, args.img_size)
+        deltas_big.append(d_big)
+        deltas_train.append(d_train)
+        better += d_big > 0.01
+        worse += d_big < -0.01
+        verdicts.append(f"{scheme}/{stem} {100 * d_big:+.1f}")
+    deltas_big.sort()
+    missing = [f"{a}/{b}" for a, b in dict.fromkeys((r["scheme"], r["stem"]) for r in single) if (a, b) not in twins]
+    skipped = f" Not retrained this way (yet): {', '.join(missing)}." if missing else ""
+    median = deltas_big[len(deltas_big) // 2]
+    table = "\n".join(lines)
+    return f"""## Multi-resolution training
+
+The same runs trained again with `--train-resolutions {" ".join(map(str, trs))}`: every batch at one of those
+resolutions, drawn per batch from a generator seeded by (seed, epoch, batch), so all ranks agree; same images,
+epochs, seed and model; validation at {args.img_size} px. `shapes` renders natively at each training resolution.
+Swept the same way ([resolution_multires.json](resolution_multires.json)). Resolutions outside {min(trs)}-{max(trs)} px
+({", ".join(map(str, unseen))}) were seen by neither training. During multi-resolution training each scheme serves
+the other grids with its default (first-listed) method, e.g. `extrapolate` for the RoPE schemes and `bicubic` for the
+learned table, so that method is the one the model has learnt to use at other sizes.{skipped}
+
+### Top-1 (%): single-resolution → multi-resolution training
+
+{table}
+
+![single vs multi-resolution training](resolution_multires.png)
+
+Change at {big} px with each run's best method (points): {", ".join(verdicts)}. Multi-resolution training
+raised the {big} px accuracy by more than a point for {better} of {len(verdicts)} runs and lowered it by more than a
+point for {worse} (median change {100 * median:+.1f} points); at the training resolution itself the median change is
+{100 * sorted(deltas_train)[len(deltas_train) // 2]:+.1f} points. ResFormer (Tian et al. 2023) and FlexiViT (Beyer et
+al. 2023) report that training on several resolutions (or patch sizes) at once makes a ViT hold its accuracy at
+sizes it was not trained at; the numbers above say for which schemes that holds here (one seed each: differences of a
+point or two are within run-to-run noise).
+
+### Multi-resolution training runs
+
+{_runs_table(multi_results, args.img_size)}
+"""
+
+
+def write_doc(args: argparse.Namespace, argv: list[str], results: list[dict], sweep_dir: Path, seconds: float,
+              multi_results: list[dict] = ()) -> Path:  # fmt: skip
     docs = Path(args.docs)
     docs.mkdir(parents=True, exist_ok=True)
     records = load_records(sweep_dir)
@@ -212,11 +339,13 @@ def write_doc(args: argparse.Namespace, argv: list[str], results: list[dict], sw
     epochs = args.epochs if args.epochs is not None else o.epochs
     train_size = args.train_size if args.train_size is not None else d.train_size
     command = shlex.join(["python", "benchmarks/resolution_transfer.py", *argv])
-    runs = "\n".join(
-        f"| {r['pos']}/{r['stem']} | {100 * r['best_val_top1']:.1f} "
-        f"| {100 * r['test'].get('test/top1', float('nan')):.1f} | {r['train_seconds']:.0f} |"
-        for r in results
-    )
+    runs = _runs_table(results, args.img_size)
+    multi = ""
+    if multi_results:
+        multi_dir = sweep_dir.parent / "resolution-multires"
+        for ext in ("json", "csv"):
+            shutil.copyfile(multi_dir / f"resolution.{ext}", docs / f"resolution_multires.{ext}")
+        multi = "\n" + multires_section(args, records, load_records(multi_dir), multi_results, docs)
     samples = sorted({r["samples"] for r in records})
     text = f"""# Resolution transfer
 
@@ -226,7 +355,8 @@ Produced by
 {command}
 ```
 
-({seconds / 60:.0f} min on this machine, {time.strftime("%Y-%m-%d")}). Each scheme is trained at {args.img_size} px on
+({time.strftime("%Y-%m-%d")}; training times per run are listed at the end, and this invocation took
+{seconds / 60:.0f} min, reusing finished runs and sweeps). Each scheme is trained at {args.img_size} px on
 the embedded `shapes` set ({train_size} generated images, {epochs} epoch(s), dim {m.embed_dim}, depth {m.depth},
 {m.num_heads} heads, patch {m.patch_size}, seed {args.seed}; the rest as `python train.py` defaults) and then tested,
 without fine-tuning, on the {args.split} split ({", ".join(map(str, samples))} images) rendered natively at each
@@ -248,12 +378,30 @@ The numbers are in [resolution.json](resolution.json) / [resolution.csv](resolut
 
 ## Training runs
 
-| run | best val top-1 (%) | test top-1 at {args.img_size} px, best checkpoint (%) | train time (s) |
-|---|---:|---:|---:|
 {runs}
-"""
+{multi}"""
     (docs / "resolution.md").write_text(text)
     return docs / "resolution.md"
+
+
+def sweep(args: argparse.Namespace, results: list[dict], sweep_dir: Path) -> None:
+    """Sweep the runs' last checkpoints with the evaluator, unless an identical finished sweep is there."""
+    cmd = ["-m", "vitpos.evaluate", "--ckpt", *[r["ckpt"] for r in results], "--resolutions", *args.resolutions,
+           "--split", args.split, "--accelerator", args.accelerator, "--devices", str(args.devices),
+           "--strategy", args.strategy, "--out", str(sweep_dir), "--overwrite",
+           *(["--limit", str(args.eval_limit)] if args.eval_limit else [])]  # fmt: skip
+    done, manifest = sweep_dir / "resolution.json", sweep_dir / "command.json"
+    if (
+        not args.retrain
+        and done.is_file()
+        and manifest.is_file()
+        and json.loads(manifest.read_text()) == cmd
+        and all(Path(r["ckpt"]).stat().st_mtime < done.stat().st_mtime for r in results)
+    ):
+        print(f"reusing the finished sweep in {sweep_dir}", flush=True)
+        return
+    _run([sys.executable, *cmd])
+    manifest.write_text(json.dumps(cmd) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,14 +411,15 @@ def main(argv: list[str] | None = None) -> int:
     if not out.is_absolute():
         out = ROOT / out
     start = time.perf_counter()
-    results = [train(args, spec, out) for spec in dict.fromkeys(args.schemes)]
-    sweep_dir = out / "resolution"
-    ckpts = [r["ckpt"] for r in results]
-    _run([sys.executable, "-m", "vitpos.evaluate", "--ckpt", *ckpts, "--resolutions", *args.resolutions,
-          "--split", args.split, "--accelerator", args.accelerator, "--devices", str(args.devices),
-          "--strategy", args.strategy, "--out", str(sweep_dir), "--overwrite",
-          *(["--limit", str(args.eval_limit)] if args.eval_limit else [])])  # fmt: skip
-    doc = write_doc(args, argv, results, sweep_dir, time.perf_counter() - start)
+    specs = list(dict.fromkeys(args.schemes))
+    results = [train(args, spec, out) for spec in specs]
+    sweep(args, results, out / "resolution")
+    multi: list[dict] = []
+    if args.train_resolutions:
+        multi_specs = [sp for sp in dict.fromkeys(args.multires_schemes or specs)]
+        multi = [train(args, spec, out, args.train_resolutions) for spec in multi_specs]
+        sweep(args, multi, out / "resolution-multires")
+    doc = write_doc(args, argv, results, out / "resolution", time.perf_counter() - start, multi)
     print(f"wrote {doc}", flush=True)
     return 0
 
