@@ -499,6 +499,14 @@ def compile_report(s: Settings, argv: list[str], compile_rows) -> str:
         f"{s.steps} steps after {s.warmup} warm-up steps. The eager tables are in [performance.md](performance.md).",
         "",
     ]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if load > len(os.sched_getaffinity(0)):
+        out += [
+            f"**The machine was busy** (load {load:.1f} on {len(os.sched_getaffinity(0))} cores): the img/s columns "
+            "moved with the other work; the speed-up column, a median of ratios taken within the same round, is the "
+            "figure to read.",
+            "",
+        ]
     return "\n".join(out + compile_section(compile_rows))
 
 
