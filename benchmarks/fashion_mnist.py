@@ -51,7 +51,7 @@ REFERENCES = {"small CNNs": (0.90, 0.94), "WRN-40-4": 0.967, "human": 0.835}
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--schemes", nargs="+", default=DEFAULT_RUNS, metavar="POS[:STEM]")
-    p.add_argument("--epochs", type=int, default=2, help="the study's budget per run (epochs of 55,000 images)")
+    p.add_argument("--epochs", type=int, default=1, help="the study's budget per run (epochs of 55,000 images)")
     p.add_argument("--extra-seeds", type=int, nargs="*", default=[1], help="seeds trained again for the top rows")
     p.add_argument("--top", type=int, default=3, help="rows (by seed-0 validation top-1) that get the extra seeds")
     p.add_argument("--recipe", default="rope2d:conv", metavar="POS[:STEM]",
@@ -89,8 +89,10 @@ class Runner:
         if not (run_dir / "results.json").is_file():
             cmd = [sys.executable, "train.py", "--config", CONFIG, "--pos", pos, "--stem", stem, "--seed", str(seed),
                    "--out", str(run_dir)]  # fmt: skip
-            if not recipe:
-                cmd += ["--epochs", str(self.args.epochs)]
+            if not recipe:  # the recipe shortened: epochs, and the warm-up in proportion
+                o = Config.from_yaml(ROOT / CONFIG).optim
+                warmup = o.warmup_epochs * self.args.epochs / o.epochs
+                cmd += ["--epochs", str(self.args.epochs), "--warmup-epochs", f"{warmup:g}"]
             if self.args.data_dir:
                 cmd += ["--data-dir", self.args.data_dir]
             if run_dir.exists():
@@ -306,8 +308,9 @@ depth {m.depth}, {m.num_heads} heads, patch {m.patch_size} (a 7x7 grid), global 
 {recipe_text}
 ## Every scheme, same recipe and budget
 
-{args.epochs} epochs ({args.epochs * 55000 // d.batch_size} steps) per run: the recipe above, shortened so that all
-{len(order)} runs fit this session's CPU time. Seed 0 for every run; the {args.top} best by seed-0 *validation* top-1
+{args.epochs} epoch(s) ({args.epochs * 55000 // d.batch_size} steps) per run: the recipe above with the patch stem
+(and the conv stem for `none/conv`), shortened (epochs and warm-up in proportion) so that all {len(order)} runs fit
+this session's CPU time. Seed 0 for every run; the {args.top} best by seed-0 *validation* top-1
 again with seed(s) {", ".join(map(str, args.extra_seeds)) or "-"}. Test top-1 (%) at 28 px on all 10,000 test images,
 from the best checkpoint by validation.
 
