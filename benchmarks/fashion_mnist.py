@@ -29,6 +29,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -84,30 +85,78 @@ class Runner:
     def run_dir(self, pos: str, stem: str, seed: int, recipe: bool = False) -> Path:
         return self.out / f"{'recipe-' if recipe else ''}{pos}-{stem}-s{seed}"
 
-    def train(self, pos: str, stem: str, seed: int, recipe: bool = False) -> dict:
+    def train(self, pos: str, stem: str, seed: int, recipe: bool = False) -> None:
+        """Train one run unless it is finished; the caller holds its lock."""
         run_dir = self.run_dir(pos, stem, seed, recipe)
-        if not (run_dir / "results.json").is_file():
-            cmd = [sys.executable, "train.py", "--config", CONFIG, "--pos", pos, "--stem", stem, "--seed", str(seed),
-                   "--out", str(run_dir)]  # fmt: skip
-            if not recipe:  # the recipe shortened: epochs, and the warm-up in proportion
-                o = Config.from_yaml(ROOT / CONFIG).optim
-                warmup = o.warmup_epochs * self.args.epochs / o.epochs
-                cmd += ["--epochs", str(self.args.epochs), "--warmup-epochs", f"{warmup:g}"]
-            if self.args.data_dir:
-                cmd += ["--data-dir", self.args.data_dir]
-            if run_dir.exists():
-                cmd.append("--overwrite")  # an unfinished run: train.py moves it aside
-            log = self.out / "logs" / f"{run_dir.name}.log"
-            env = _env() | {"OMP_NUM_THREADS": str(self.threads)}
-            print(f"+ {shlex.join(cmd)}   (log: {log}, {self.threads} thread(s))", flush=True)
-            with open(log, "w") as fh:
-                subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=fh, stderr=subprocess.STDOUT)
-        res = json.loads((run_dir / "results.json").read_text())
-        return res | {"seed": seed, "recipe": recipe, "run_dir": str(run_dir), "curve": val_curve(run_dir)}
+        if (run_dir / "results.json").is_file():
+            return
+        cmd = [sys.executable, "train.py", "--config", CONFIG, "--pos", pos, "--stem", stem, "--seed", str(seed),
+               "--out", str(run_dir)]  # fmt: skip
+        if not recipe:  # the recipe shortened: epochs, and the warm-up in proportion
+            o = Config.from_yaml(ROOT / CONFIG).optim
+            warmup = o.warmup_epochs * self.args.epochs / o.epochs
+            cmd += ["--epochs", str(self.args.epochs), "--warmup-epochs", f"{warmup:g}"]
+        if self.args.data_dir:
+            cmd += ["--data-dir", self.args.data_dir]
+        if run_dir.exists():
+            cmd.append("--overwrite")  # an unfinished run that nobody holds: train.py moves it aside
+        log = self.out / "logs" / f"{run_dir.name}.log"
+        env = _env() | {"OMP_NUM_THREADS": str(self.threads)}
+        print(f"+ {shlex.join(cmd)}   (log: {log}, {self.threads} thread(s))", flush=True)
+        with open(log, "w") as fh:
+            subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=fh, stderr=subprocess.STDOUT)
+
+    def _lock(self, run_dir: Path) -> bool:
+        """Claim a run for this process (False: another live process holds it)."""
+        lock = self.out / "logs" / f"{run_dir.name}.lock"
+        for _ in range(2):
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                try:
+                    os.kill(int(lock.read_text() or 0), 0)
+                    return False  # held by a live process
+                except (ProcessLookupError, ValueError):
+                    lock.unlink(missing_ok=True)  # stale: its process is gone
+                    continue
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            return True
+        return False
 
     def train_all(self, jobs: list[tuple]) -> list[dict]:
+        """Train the jobs, `--jobs` at a time; runs that another invocation is training are left to it and
+        waited for, so several invocations (e.g. one per free core) can share one study."""
+        pending, guard = list(jobs), threading.Lock()
+
+        def worker() -> None:
+            while True:
+                with guard:
+                    job = next((j for j in pending if self._lock(self.run_dir(*j))), None)
+                    if job is None:
+                        if not pending:
+                            return
+                    else:
+                        pending.remove(job)
+                if job is None:  # everything left is being trained elsewhere
+                    time.sleep(10)
+                    with guard:
+                        pending[:] = [j for j in pending if not (self.run_dir(*j) / "results.json").is_file()]
+                    continue
+                try:
+                    self.train(*job)
+                finally:
+                    (self.out / "logs" / f"{self.run_dir(*job).name}.lock").unlink(missing_ok=True)
+
         with ThreadPoolExecutor(self.args.jobs) as pool:
-            return list(pool.map(lambda j: self.train(*j), jobs))
+            for f in [pool.submit(worker) for _ in range(self.args.jobs)]:
+                f.result()
+        return [self.result(*j) for j in jobs]
+
+    def result(self, pos: str, stem: str, seed: int, recipe: bool = False) -> dict:
+        run_dir = self.run_dir(pos, stem, seed, recipe)
+        res = json.loads((run_dir / "results.json").read_text())
+        return res | {"seed": seed, "recipe": recipe, "run_dir": str(run_dir), "curve": val_curve(run_dir)}
 
 
 def val_curve(run_dir: Path) -> list[float]:
