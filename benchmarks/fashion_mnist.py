@@ -60,6 +60,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--resolutions", nargs="+", default=RESOLUTIONS)
     p.add_argument("--eval-limit", type=int, default=2000, help="transfer sweep on the first N test images (0 = all)")
     p.add_argument("--jobs", type=int, default=1, help="trainings at once (threads each: cores / jobs)")
+    p.add_argument("--eval-devices", type=int, default=1, help="processes for the transfer sweep (DDP on CPUs)")
     p.add_argument("--threads", type=int, help="threads per training (default: cores / jobs)")
     p.add_argument("--data-dir", help="where the idx files are (default: the Debian package's folder)")
     p.add_argument("--out", default="runs/bench-fmnist")
@@ -104,7 +105,11 @@ class Runner:
         env = _env() | {"OMP_NUM_THREADS": str(self.threads)}
         print(f"+ {shlex.join(cmd)}   (log: {log}, {self.threads} thread(s))", flush=True)
         with open(log, "w") as fh:
-            subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=fh, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+            # The lock names the training process, so the run stays claimed if this invocation is stopped.
+            (self.out / "logs" / f"{run_dir.name}.lock").write_text(str(proc.pid))
+            if proc.wait():
+                raise subprocess.CalledProcessError(proc.returncode, cmd)
 
     def _lock(self, run_dir: Path) -> bool:
         """Claim a run for this process (False: another live process holds it)."""
@@ -172,6 +177,7 @@ def sweep(args: argparse.Namespace, runs: list[dict], sweep_dir: Path) -> list[d
     ckpts = [str(Path(r["run_dir"]) / "checkpoints" / "last.ckpt") for r in runs]
     cmd = ["-m", "vitpos.evaluate", "--ckpt", *ckpts, "--resolutions", *args.resolutions, "--split", "test",
            "--resize", "full", "--accelerator", "cpu", "--out", str(sweep_dir), "--overwrite",
+           *(["--devices", str(args.eval_devices), "--strategy", "ddp"] if args.eval_devices > 1 else []),
            *(["--limit", str(args.eval_limit)] if args.eval_limit else [])]  # fmt: skip
     done, manifest = sweep_dir / "resolution.json", sweep_dir / "command.json"
     fresh = done.is_file() and all(Path(c).stat().st_mtime < done.stat().st_mtime for c in ckpts)
