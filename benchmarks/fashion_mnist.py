@@ -185,7 +185,8 @@ def sweep(args: argparse.Namespace, runs: list[dict], sweep_dir: Path) -> list[d
         print(f"reusing the finished sweep in {sweep_dir}", flush=True)
     else:
         print("+", shlex.join(["python", *cmd]), flush=True)
-        subprocess.run([sys.executable, *cmd], cwd=ROOT, env=_env(), check=True)
+        threads = max(1, len(os.sched_getaffinity(0)) // args.eval_devices)  # no oversubscription under DDP
+        subprocess.run([sys.executable, *cmd], cwd=ROOT, env=_env() | {"OMP_NUM_THREADS": str(threads)}, check=True)
         manifest.write_text(json.dumps(cmd) + "\n")
     return load_records(sweep_dir)
 
