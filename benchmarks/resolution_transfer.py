@@ -275,7 +275,7 @@ def multires_section(args: argparse.Namespace, single: list[dict], multi: list[d
         "|---|---|" + "---:|" * (len(cols) + 1),
     ]
     better = worse = 0
-    deltas_big, deltas_train, verdicts = [], [], []
+    deltas_big, deltas_train, verdicts, deltas_default = [], [], [], []
     twins = {(r["scheme"], r["stem"]) for r in multi}
     for scheme, stem in [k for k in dict.fromkeys((r["scheme"], r["stem"]) for r in single) if k in twins]:
         methods = list(dict.fromkeys(r["method"] for r in single if (r["scheme"], r["stem"]) == (scheme, stem)))
@@ -288,11 +288,15 @@ def multires_section(args: argparse.Namespace, single: list[dict], multi: list[d
         best = lambda recs, c: max(_square(recs, scheme, stem, m).get(c, float("nan")) for m in methods)  # noqa: E731,B023
         d_big, d_train = best(multi, big) - best(single, big), best(multi, args.img_size) - best(single, args.img_size)
         deltas_big.append(d_big)
+        a0, b0 = _square(single, scheme, stem, methods[0]), _square(multi, scheme, stem, methods[0])
+        if big in a0 and big in b0:
+            deltas_default.append((f"{scheme}/{stem} `{methods[0]}`", b0[big] - a0[big]))
         deltas_train.append(d_train)
         better += d_big > 0.01
         worse += d_big < -0.01
         verdicts.append(f"{scheme}/{stem} {100 * d_big:+.1f}")
     deltas_big.sort()
+    default_changes = ", ".join(f"{k} {100 * d:+.1f}" for k, d in deltas_default)
     missing = [f"{a}/{b}" for a, b in dict.fromkeys((r["scheme"], r["stem"]) for r in single) if (a, b) not in twins]
     skipped = f" Not retrained this way (yet): {', '.join(missing)}." if missing else ""
     median = deltas_big[len(deltas_big) // 2]
@@ -316,12 +320,16 @@ learned table, so that method is the one the model has learnt to use at other si
 Change at {big} px with each run's best method (points): {", ".join(verdicts)}. Multi-resolution training
 raised the {big} px accuracy by more than a point for {better} of {len(verdicts)} runs and lowered it by more than a
 point for {worse} (median change {100 * median:+.1f} points); at the training resolution itself the median change is
-{100 * sorted(deltas_train)[len(deltas_train) // 2]:+.1f} points. ResFormer (Tian et al. 2023) and FlexiViT (Beyer et
+{100 * sorted(deltas_train)[len(deltas_train) // 2]:+.1f} points. With the default method, the one each model used
+for the other sizes during training, the change at {big} px is: {default_changes}.
+ResFormer (Tian et al. 2023) and FlexiViT (Beyer et
 al. 2023) report that training on several resolutions (or patch sizes) at once makes a ViT hold its accuracy at
 sizes it was not trained at; the numbers above say for which schemes that holds here (one seed each: differences of a
 point or two are within run-to-run noise).
 
 ### Multi-resolution training runs
+
+Train times are wall seconds on this 2-core machine while other benchmarks shared it (one thread per run).
 
 {_runs_table(multi_results, args.img_size)}
 """
