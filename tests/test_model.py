@@ -230,8 +230,9 @@ def test_only_a_bias_scheme_passes_an_attn_mask(tiny, name, grid, monkeypatch):
         assert scale == pytest.approx(a.logit_scale * m.pos.head_dim**-0.5)
         if a.bias is None:
             assert mask is None
-        else:
-            torch.testing.assert_close(mask, a.bias, rtol=0, atol=0)
+        else:  # 4-D, as the CPU flash kernel needs
+            assert mask.shape == (1, *a.bias.shape)
+            torch.testing.assert_close(mask[0], a.bias, rtol=0, atol=0)
 
 
 def test_yarn_temperature_reaches_sdpa(tiny, monkeypatch):

@@ -1,7 +1,8 @@
 """Performance properties, not timings: what keeps a step fast stays true (benchmarks/throughput.py times it).
 
 * the scheme's per-grid work is cached in evaluation and invalidated when its parameters change;
-* schemes without a bias give SDPA no attn_mask (so its fused/flash kernels stay available);
+* attention stays on fused kernels: no attn_mask without a bias, a 4-D mask for a fixed one, and the
+  fused-forward path of vitpos.attention for a learned one on the CPU;
 * torch.compile traces every scheme whole (no graph breaks), for training and across resolutions;
 * on CUDA, bf16 autocast works for every scheme and non-bias schemes run on the flash kernel.
 """
@@ -13,6 +14,8 @@ import torch
 import torch.nn.functional as F
 
 import vitpos
+import vitpos.attention
+from vitpos.attention import LearnedBiasAttention
 from vitpos.pos import POS_SCHEMES, PosScheme
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -86,7 +89,9 @@ def test_optimizer_step_invalidates_the_cache(tiny, name, grid):
 
 @pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("name", POS_SCHEMES)
-def test_sdpa_gets_no_mask_unless_the_scheme_has_a_bias(tiny, name, train, monkeypatch):
+def test_attention_stays_on_fused_kernels(tiny, name, train, monkeypatch):
+    """No bias: SDPA gets no mask. A fixed bias: a 4-D mask (the CPU flash kernel's condition). A learned
+    bias in training on the CPU: the fused-forward path of vitpos.attention, never SDPA's math path."""
     grid = (6, 10)
     m = tiny(name).train(train)
     has_bias = [a.bias is not None for a in m.pos.attention(grid)]
@@ -94,23 +99,33 @@ def test_sdpa_gets_no_mask_unless_the_scheme_has_a_bias(tiny, name, train, monke
         assert not any(has_bias)
     if name == "relbias":
         assert all(has_bias)
-    masks = []
-    sdpa = F.scaled_dot_product_attention
+    calls = []
+    sdpa, learned = F.scaled_dot_product_attention, LearnedBiasAttention.apply
 
-    def spy(q, k, v, attn_mask=None, **kw):
-        masks.append(attn_mask)
+    def spy_sdpa(q, k, v, attn_mask=None, **kw):
+        fused = torch._fused_sdp_choice(q, k, v, attn_mask) != 0  # 0: the math path
+        calls.append(("sdpa", attn_mask, fused))
         return sdpa(q, k, v, attn_mask=attn_mask, **kw)
 
-    monkeypatch.setattr(vitpos.model.F, "scaled_dot_product_attention", spy)
+    def spy_learned(q, k, v, bias, scale):
+        calls.append(("learned-bias", bias, True))
+        return learned(q, k, v, bias, scale)
+
+    monkeypatch.setattr(vitpos.attention.F, "scaled_dot_product_attention", spy_sdpa)
+    monkeypatch.setattr(LearnedBiasAttention, "apply", spy_learned)
     with torch.set_grad_enabled(train):
         m(images(grid))
-    assert len(masks) == len(m.blocks), "the spy did not see every block's attention"
+    assert len(calls) == len(m.blocks), "the spies did not see every block's attention"
     n = grid[0] * grid[1]
-    for mask, bias in zip(masks, has_bias):
-        if bias:
-            assert isinstance(mask, torch.Tensor) and mask.shape[-2:] == (n, n)
+    learned_bias = train and any(p.requires_grad for p in m.pos.parameters())
+    for (path, mask, fused), bias in zip(calls, has_bias):
+        assert fused, f"{name}: attention fell back to SDPA's math path"
+        if not bias:
+            assert path == "sdpa" and mask is None, f"{name} passed an attn_mask without a bias"
+        elif learned_bias:
+            assert path == "learned-bias" and mask.shape == (m.pos.num_heads, n, n)
         else:
-            assert mask is None, f"{name} passed an attn_mask without a bias, which rules out flash attention"
+            assert path == "sdpa" and mask.shape == (1, m.pos.num_heads, n, n)
 
 
 # ---------------------------------------------------------------------------------------------

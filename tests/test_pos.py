@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import TRAIN, with_grads  # noqa: E402
 from timm.layers import (
-    apply_rot_embed_cat,
+    apply_rot_embed,
     build_sincos2d_pos_embed,
     gen_relative_position_index,
     resample_abs_pos_embed,
@@ -27,7 +27,7 @@ def pos_outputs(pos, grid) -> list[torch.Tensor]:
     n = grid[0] * grid[1]
     out = [pos.tokens(torch.zeros(1, n, pos.dim), grid)]
     for a in pos.attention(grid):
-        out += list(a.rope or ()) + ([a.bias] if a.bias is not None else []) + [torch.tensor(a.logit_scale)]
+        out += [t for t in (a.rope, a.bias) if t is not None] + [torch.tensor(a.logit_scale)]
     x = torch.linspace(-1, 1, (pos.num_prefix_tokens + n) * pos.dim).reshape(1, -1, pos.dim)  # fixed input
     return out + [pos.after_block(x, grid, i) for i in range(pos.depth)]
 
@@ -98,10 +98,15 @@ def test_method_setter_rejects_unknown_and_clears_cache(tiny):
 
 
 def rope(m, grid, method=None):
+    """cos, sin (N, d/2) of block 0's rotation, and its logit scale."""
     if method is not None:
         m.pos.method = method
     a = m.pos.attention(grid)[0]
-    return a.rope[0], a.rope[1], a.logit_scale
+    return a.rope[..., 0], a.rope[..., 1], a.logit_scale
+
+
+def turn(x, cos, sin):
+    return rotate(x, torch.stack([cos, sin], dim=-1))
 
 
 @pytest.mark.parametrize("big", [(13, 15), (8, 12), (20, 9)])
@@ -110,7 +115,7 @@ def test_rope2d_logit_depends_only_on_offset(tiny, big):
     (h, w), (bh, bw) = TRAIN, big
     cos, sin, _ = rope(m, TRAIN)
     cos2, sin2, _ = rope(m, big, "extrapolate")
-    n, d = 256, cos.shape[-1]
+    n, d = 256, 2 * cos.shape[-1]
     q, k = torch.randn(n, d), torch.randn(n, d)
     y1, y2 = torch.randint(0, h, (2, n))
     x1, x2 = torch.randint(0, w, (2, n))
@@ -118,7 +123,7 @@ def test_rope2d_logit_depends_only_on_offset(tiny, big):
 
     def logits(cos, sin, width, ya, xa, yb, xb):
         i, j = ya * width + xa, yb * width + xb
-        return (rotate(q, cos[i], sin[i]) * rotate(k, cos[j], sin[j])).sum(-1)
+        return (turn(q, cos[i], sin[i]) * turn(k, cos[j], sin[j])).sum(-1)
 
     here = logits(cos, sin, w, y1, x1, y2, x2)
     shifted = logits(cos2, sin2, bw, y1 + a, x1 + b, y2 + a, x2 + b)
@@ -127,14 +132,13 @@ def test_rope2d_logit_depends_only_on_offset(tiny, big):
 
 
 def test_rope2d_angles_match_formula(tiny):
-    """Pins the construction: f_k = theta^(-4k/d); pairs [x f, y f] in rotate-half layout."""
+    """Pins the construction: f_k = theta^(-4k/d); pair angles [x f, y f], one per interleaved pair."""
     m = tiny("rope2d", embed_dim=64)
     d = m.pos.head_dim
     f = m.pos.theta ** (-4.0 * torch.arange(d // 4, dtype=torch.float64) / d)
     for grid in [TRAIN, (5, 11)]:
         ys, xs = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
-        half = torch.cat([xs.reshape(-1, 1) * f, ys.reshape(-1, 1) * f], dim=1)
-        ang = torch.cat([half, half], dim=1)
+        ang = torch.cat([xs.reshape(-1, 1) * f, ys.reshape(-1, 1) * f], dim=1)  # (N, d/2)
         cos, sin, _ = rope(m, grid)
         torch.testing.assert_close(cos, ang.cos().float(), atol=1e-6, rtol=0)
         torch.testing.assert_close(sin, ang.sin().float(), atol=1e-6, rtol=0)
@@ -146,10 +150,43 @@ def test_rope2d_rotation_preserves_norm_and_matches_timm_layout(tiny, method, gr
     m = tiny("rope2d")
     cos, sin, _ = rope(m, grid, method)
     x = torch.randn(2, m.pos.num_heads, grid[0] * grid[1], m.pos.head_dim)
-    y = rotate(x, cos, sin)
+    y = turn(x, cos, sin)
     torch.testing.assert_close(y.norm(dim=-1), x.norm(dim=-1))
-    torch.testing.assert_close(y, apply_rot_embed_cat(x, torch.cat([sin, cos], -1), half=True))
+    # timm's interleaved form: x * cos + rot(x) * sin with each angle repeated for its pair
+    timm_y = apply_rot_embed(x, sin.repeat_interleave(2, -1), cos.repeat_interleave(2, -1))
+    torch.testing.assert_close(y, timm_y)
     assert not torch.allclose(y, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_rotate_paths_agree_on_strided_views(dtype):
+    """The complex path (fp32/fp64), the real path (bf16) and a non-contiguous q from qkv all rotate alike."""
+    rot = torch.view_as_real(torch.polar(torch.ones(12, 8), torch.randn(12, 8) * 3))  # (N, d/2, 2)
+    qkv = torch.randn(2, 12, 3 * 2 * 16, dtype=dtype)  # (B, N, 3 h d): q, k, v are strided views
+    q = qkv.unflatten(-1, (3, 2, 16)).permute(2, 0, 3, 1, 4)[0]  # (B, h, N, d)
+    xr = q.double().unflatten(-1, (-1, 2))
+    c, s = rot.double().unbind(-1)
+    ref = torch.stack([xr[..., 0] * c - xr[..., 1] * s, xr[..., 0] * s + xr[..., 1] * c], -1).flatten(-2)
+    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-5}
+    out = rotate(q, rot)
+    assert out.dtype == dtype and out.shape == q.shape
+    torch.testing.assert_close(out.double(), ref, **tol)
+    torch.testing.assert_close(rotate(q.contiguous(), rot), out, rtol=0, atol=0)
+    odd = torch.randn(1, 2, 12, 17, dtype=dtype)[..., 1:]  # odd storage offset: copied, still right
+    torch.testing.assert_close(rotate(odd, rot).double(), rotate(odd.contiguous(), rot).double(), rtol=0, atol=0)
+
+
+def test_rotate_gradient_is_the_inverse_rotation():
+    """Backward of a rotation turns the gradient back (R^T = R^-1), on the complex path as on the real one."""
+    angle = torch.randn(6, 4)
+    rot = torch.stack([angle.cos(), angle.sin()], -1)
+    x = torch.randn(3, 2, 6, 8, requires_grad=True)
+    g = torch.randn(3, 2, 6, 8)
+    (grad,) = torch.autograd.grad(rotate(x, rot), x, g)
+    torch.testing.assert_close(grad, rotate(g, torch.stack([angle.cos(), -angle.sin()], -1)))
+    xb = x.detach().bfloat16().requires_grad_()
+    (grad_b,) = torch.autograd.grad(rotate(xb, rot), xb, g.bfloat16())
+    torch.testing.assert_close(grad_b.float(), grad, atol=5e-2, rtol=5e-2)
 
 
 def test_rope2d_every_token_gets_its_own_rotation(tiny):

@@ -48,11 +48,15 @@ def assert_offset_only(bias, grid):
 
 
 def mixed_rope(m, grid, method=None):
-    """[(cos, sin)] per block, each (heads, N, d), and the logit scale."""
+    """[(cos, sin)] per block, each (heads, N, d/2), and the logit scale."""
     if method is not None:
         m.pos.method = method
     attn = m.pos.attention(grid)
-    return [a.rope for a in attn], attn[0].logit_scale
+    return [a.rope.unbind(-1) for a in attn], attn[0].logit_scale
+
+
+def turn(x, cos, sin):
+    return rotate(x, torch.stack([cos, sin], dim=-1))
 
 
 def test_mixed_init_is_a_rotated_axial_ladder(tiny):
@@ -81,8 +85,7 @@ def test_mixed_cos_sin_match_the_phase_formula(tiny):
     for layer, (cos, sin) in enumerate(ropes):
         f = m.pos.freqs[layer].detach().double()  # (heads, d/2, 2)
         phase = xs.double()[None, :, None] * f[:, None, :, 0] + ys.double()[None, :, None] * f[:, None, :, 1]
-        phase = torch.cat([phase, phase], dim=-1)
-        assert cos.shape == (m.pos.num_heads, 35, m.pos.head_dim) and cos.dtype == torch.float32
+        assert cos.shape == (m.pos.num_heads, 35, m.pos.head_dim // 2) and cos.dtype == torch.float32
         torch.testing.assert_close(cos, phase.cos().float(), atol=1e-5, rtol=0)
         torch.testing.assert_close(sin, phase.sin().float(), atol=1e-5, rtol=0)
 
@@ -103,7 +106,7 @@ def test_mixed_logit_depends_only_on_offset_per_head(tiny, big):
 
     def logits(cos, sin, width, ya, xa, yb, xb):  # (heads, n): head h of q with head h of k
         i, j = ya * width + xa, yb * width + xb
-        return (rotate(q, cos[:, i], sin[:, i]) * rotate(k, cos[:, j], sin[:, j])).sum(-1)
+        return (turn(q, cos[:, i], sin[:, i]) * turn(k, cos[:, j], sin[:, j])).sum(-1)
 
     for (cos, sin), (cos2, sin2) in zip(here_ropes, big_ropes):
         here = logits(cos, sin, w, y1, x1, y2, x2)
@@ -121,10 +124,10 @@ def test_mixed_rotation_preserves_norms_and_broadcasts_per_head(tiny, method):
     ropes, _ = mixed_rope(m, grid, method)
     cos, sin = ropes[1]
     x = torch.randn(3, m.pos.num_heads, 120, m.pos.head_dim)
-    y = rotate(x, cos, sin)  # (heads, N, d) against (B, heads, N, d)
+    y = turn(x, cos, sin)  # (heads, N, d/2) against (B, heads, N, d)
     torch.testing.assert_close(y.norm(dim=-1), x.norm(dim=-1))
     for hd in range(m.pos.num_heads):  # head hd turned by its own angles
-        torch.testing.assert_close(y[:, hd], rotate(x[:, hd], cos[hd], sin[hd]), rtol=0, atol=0)
+        torch.testing.assert_close(y[:, hd], turn(x[:, hd], cos[hd], sin[hd]), rtol=0, atol=1e-6)
     assert not torch.allclose(y, x)
 
 
@@ -208,7 +211,7 @@ def test_mixed_class_token_is_not_rotated(tiny):
     m = tiny("rope2d-mixed", class_token=True, global_pool="token")
     ropes, _ = mixed_rope(m, (6, 10))
     for cos, sin in ropes:
-        assert cos.shape == (m.pos.num_heads, 61, m.pos.head_dim)
+        assert cos.shape == (m.pos.num_heads, 61, m.pos.head_dim // 2)
         assert (cos[:, 0] == 1).all() and (sin[:, 0] == 0).all()
         assert not (sin[:, 1:] == 0).all()
 
@@ -390,7 +393,7 @@ def test_rope2d_plus_learned_has_both_parts(tiny, grid):
         assert torch.equal(m.pos.tokens(x, grid) - x, (x + learned.table) - x)
     for a, b in zip(m.pos.attention(grid), alone.attention(grid)):
         assert a.bias is None and a.logit_scale == b.logit_scale
-        assert torch.equal(a.rope[0], b.rope[0]) and torch.equal(a.rope[1], b.rope[1])
+        assert torch.equal(a.rope, b.rope)
     assert m.no_weight_decay() == {"pos.parts.learned.table"}
     assert {n for n, _ in m.named_parameters() if n.startswith("pos.")} == {"pos.parts.learned.table"}
 

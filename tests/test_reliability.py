@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitpos.checkpoint import load_checkpoint, model_from_checkpoint
+from vitpos.checkpoint import FORMAT, load_checkpoint, model_from_checkpoint
 from vitpos.config import ConfigError
 from vitpos.lit import LitViT
 from vitpos.training import main
@@ -138,6 +138,10 @@ def bad_files(tmp: Path, good: Path) -> dict[str, tuple[Path, str]]:
         "foreign": (foreign, "not a vitpos checkpoint"),
         "text": (text, "truncated or corrupt"),
     }
+
+
+def test_checkpoints_carry_their_format(good_ckpt):
+    assert torch.load(good_ckpt, weights_only=True)["vitpos_format"] == FORMAT
 
 
 @pytest.mark.parametrize("kind", ["missing", "empty", "truncated", "foreign", "text"])

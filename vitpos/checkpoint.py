@@ -5,6 +5,8 @@
   saved as a dict), so no allowlist of project types is needed.
 * Writing is atomic: a checkpoint is written to a temporary file in the same folder and then
   renamed over the target, so a kill during a save never leaves a truncated ``last.ckpt``.
+* Old checkpoints keep working: each carries ``vitpos_format``, and one written by an older
+  vitpos is upgraded in memory when read (the file itself is never rewritten).
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from .config import Config, ConfigError
+
+# 1 (no "vitpos_format" key): RoPE pairs were (x[j], x[j + d/2]) ("rotate-half").
+# 2: RoPE pairs are (x[2j], x[2j+1]) (interleaved, one complex multiply).
+FORMAT = 2
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -43,7 +49,52 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"checkpoint {p} is truncated or corrupt ({type(e).__name__})") from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "config" not in ckpt.get("hyper_parameters", {}):
         raise ConfigError(f"{p} is not a vitpos checkpoint (no state_dict and saved config)")
+    return upgrade_checkpoint(ckpt, p)
+
+
+def upgrade_checkpoint(ckpt: dict[str, Any], path: str | Path = "checkpoint") -> dict[str, Any]:
+    """Bring ``ckpt`` (a loaded dict) to the current FORMAT in place; a newer format is refused in one line."""
+    fmt = int(ckpt.get("vitpos_format", 1))
+    if fmt > FORMAT:
+        raise ConfigError(f"{path} was written by a newer vitpos (checkpoint format {fmt}, this one reads <= {FORMAT})")
+    if fmt < 2:
+        _interleave_rope_pairs(ckpt)
+    ckpt["vitpos_format"] = FORMAT
     return ckpt
+
+
+def _interleave_rope_pairs(ckpt: dict[str, Any]) -> None:
+    """Format 1 -> 2: reorder the q and k rows of every qkv projection (and their AdamW moments).
+
+    A logit is a dot product of rotated q and k, so permuting the head dims of both the same way
+    changes nothing; moving row j + d/2 next to row j turns the old rotate-half pairs into
+    interleaved ones with the same angles, and the model computes exactly what it did.
+    """
+    from .lit import model_from_config, param_groups  # local: lit imports Lightning's heavier modules
+
+    model = model_from_config(config_from_checkpoint(ckpt))
+    with torch.no_grad():
+        if model.pos.attention(model.grid)[0].rope is None:
+            return  # nothing is rotated: nothing to move
+    heads, d = model.pos.num_heads, model.pos.head_dim
+    half = torch.arange(d // 2)
+    pair_order = torch.stack([half, half + d // 2], dim=-1).flatten()  # new row 2j <- old j, 2j+1 <- old j + d/2
+    rows = torch.arange(3 * heads * d).view(3, heads, d)
+    rows[:2] = rows[:2, :, pair_order]  # q and k only; v is never rotated
+    rows = rows.flatten()
+    qkv = re.compile(r"blocks\.\d+\.attn\.qkv\.(weight|bias)$")
+
+    state = ckpt["state_dict"]
+    for name in [n for n in state if n.startswith("model.") and qkv.search(n)]:
+        state[name] = state[name][rows]
+    # Lightning's optimizer state is indexed by parameter position across the groups vitpos builds.
+    names = [n for g in param_groups(model, 0.0) for p in g["params"] for n, q in model.named_parameters() if q is p]
+    for opt in ckpt.get("optimizer_states", []):
+        for index, moments in opt.get("state", {}).items():
+            if index < len(names) and qkv.search(names[index]):
+                for key, value in moments.items():
+                    if torch.is_tensor(value) and value.ndim >= 1 and value.shape[0] == len(rows):
+                        moments[key] = value[rows]
 
 
 def config_from_checkpoint(ckpt: dict[str, Any]) -> Config:

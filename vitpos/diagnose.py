@@ -93,9 +93,8 @@ def rope_kernel(model: ViT, grid: Grid | None = None, block: int = 0) -> Tensor 
     if a.rope is None:
         return None
     heads, d, p = model.pos.num_heads, model.pos.head_dim, model.num_prefix_tokens
-    cos, sin = a.rope
-    ones = torch.ones(1, heads, cos.shape[-2], d)
-    r = rotate(ones, cos.float(), sin.float())[0, :, p:]  # (heads, N, d): patch tokens
+    ones = torch.ones(1, heads, a.rope.shape[-3], d)
+    r = rotate(ones, a.rope)[0, :, p:]  # (heads, N, d): patch tokens
     q = centre_index(grid)
     logits = (r[:, q : q + 1] @ r.transpose(-1, -2))[:, 0] * d**-0.5 * a.logit_scale  # (heads, N)
     return rearrange(logits, "heads (h w) -> heads h w", h=grid[0])
@@ -106,8 +105,7 @@ def recompute_attention(attn: Attention, x: Tensor, pos: AttnPos) -> Tensor:
     """(B, heads, N, N) softmax weights of ``attn`` on its input ``x`` (B, N, D), as its forward computes them."""
     q, k, _ = rearrange(attn.qkv(x), "b n (three h d) -> three b h n d", three=3, h=attn.num_heads)
     if pos.rope is not None:
-        cos, sin = pos.rope
-        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        q, k = rotate(q, pos.rope), rotate(k, pos.rope)
     logits = (q @ k.transpose(-1, -2)) * (pos.logit_scale * attn.head_dim**-0.5)
     if pos.bias is not None:
         logits = logits + pos.bias.to(logits.dtype)

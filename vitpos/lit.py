@@ -14,6 +14,7 @@ from timm.data import Mixup
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from .checkpoint import FORMAT
 from .config import Config
 from .model import ViT, create_model
 
@@ -144,6 +145,7 @@ class LitViT(L.LightningModule):
     # RNG states travel in the checkpoint as plain tensors (safe to load with weights_only=True),
     # so a resumed run draws the same shuffles and augmentations as an uninterrupted one.
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["vitpos_format"] = FORMAT
         version, state, gauss = random.getstate()
         np_state = np.random.get_state()
         checkpoint["rng"] = {

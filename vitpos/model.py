@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from einops import rearrange
 from timm.layers import DropPath, LayerScale, Mlp, trunc_normal_
 from torch import Tensor, nn
 
+from .attention import attention
 from .pos import POS_REGISTRY, AttnPos, build_pos
 from .pos.base import rotate
 from .stems import STEMS, build_stem
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention on SDPA; rotation and bias come from the scheme's AttnPos."""
+    """Multi-head self-attention (fused kernels, see vitpos.attention); rotation and bias come from the AttnPos."""
 
     def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True):
         super().__init__()
@@ -28,12 +28,8 @@ class Attention(nn.Module):
     def forward(self, x: Tensor, pos: AttnPos) -> Tensor:
         q, k, v = rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
         if pos.rope is not None:
-            cos, sin = pos.rope
-            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-        # No bias -> no attn_mask, which keeps SDPA's fused/flash kernels available.
-        bias = None if pos.bias is None else pos.bias.to(q.dtype)
-        scale = pos.logit_scale * self.head_dim**-0.5
-        x = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)  # (B, h, N, d)
+            q, k = rotate(q, pos.rope), rotate(k, pos.rope)
+        x = attention(q, k, v, pos.bias, scale=pos.logit_scale * self.head_dim**-0.5)  # (B, h, N, d)
         return self.proj(rearrange(x, "b h n d -> b n (h d)"))
 
 

@@ -4,8 +4,8 @@ Per head of width d there are d/4 frequencies f_k = theta^(-4k/d). Of the d/2 ro
 pairs, the first half turn by x * f and the second half by y * f, so the logit between
 tokens m and n depends only on their offset (y_m - y_n, x_m - x_n).
 
-Layout (pinned by a test): rotate-half pairs, i.e. pair i is (q[i], q[i + d/2]), with
-cos/sin of shape (N, d) = cat([cos(a), cos(a)]) for angles a of shape (N, d/2).
+Layout (pinned by a test): interleaved pairs, i.e. pair j is (q[2j], q[2j+1]), turned by
+angle a[:, j] of the (N, d/2) angles; the blocks receive (cos a, sin a) stacked, (N, d/2, 2).
 
 Methods for a grid other than the training one (s = new size / trained size, per axis):
 
@@ -42,15 +42,14 @@ def yarn_ramp(freqs: Tensor, train_len: int, alpha: float, beta: float) -> Tenso
     return ((turns - alpha) / (beta - alpha)).clamp(0.0, 1.0)
 
 
-def rope_cos_sin(angles: Tensor, num_prefix_tokens: int = 0) -> tuple[Tensor, Tensor]:
-    """Angles (..., N, d/2) -> cos, sin (..., P + N, d) in rotate-half layout; P prefix rows are identity."""
-    angles = torch.cat([angles, angles], dim=-1)
-    cos, sin = angles.cos(), angles.sin()
+def rope_rotation(angles: Tensor, num_prefix_tokens: int = 0) -> Tensor:
+    """Angles (..., N, d/2) -> fp32 (cos, sin) stacked, (..., P + N, d/2, 2); the P prefix rows are (1, 0)."""
+    cos, sin = angles.cos().float(), angles.sin().float()  # cos/sin in the angles' precision (fp64 for rope2d)
     if num_prefix_tokens:
         pad = [0, 0, num_prefix_tokens, 0]
         cos = torch.nn.functional.pad(cos, pad, value=1.0)
         sin = torch.nn.functional.pad(sin, pad, value=0.0)
-    return cos.float(), sin.float()
+    return torch.stack([cos, sin], dim=-1)
 
 
 def transfer_frequencies(
@@ -129,7 +128,7 @@ class Rope2dPos(PosScheme):
     def attention(self, grid: Grid, device=None) -> list[AttnPos]:
         def build() -> list[AttnPos]:
             angles, scale = self.angles(grid)
-            cos, sin = rope_cos_sin(angles, self.num_prefix_tokens)
-            return [AttnPos(rope=(cos.to(device), sin.to(device)), logit_scale=scale)] * self.depth
+            rot = rope_rotation(angles, self.num_prefix_tokens).to(device)
+            return [AttnPos(rope=rot, logit_scale=scale)] * self.depth
 
         return self.cached(("rope", tuple(grid), device), build)

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from .base import AttnPos, Grid, PosScheme, grid_coords
-from .rope2d import axial_frequencies, rope_cos_sin, transfer_frequencies
+from .rope2d import axial_frequencies, rope_rotation, transfer_frequencies
 
 
 def init_mixed_frequencies(depth: int, num_heads: int, head_dim: int, theta: float = 10.0) -> Tensor:
@@ -41,7 +41,7 @@ def init_mixed_frequencies(depth: int, num_heads: int, head_dim: int, theta: flo
 
 
 class Rope2dMixedPos(PosScheme):
-    """RoPE with learned 2D frequencies per block and head; cos/sin (heads, N, d) per block."""
+    """RoPE with learned 2D frequencies per block and head; a rotation (heads, N, d/2, 2) per block."""
 
     methods = ("extrapolate", "interpolate", "ntk", "yarn")
 
@@ -75,8 +75,7 @@ class Rope2dMixedPos(PosScheme):
         def build() -> list[AttnPos]:
             angles, scale = self.angles(grid)
             with torch.autocast(self.freqs.device.type, enabled=False):
-                cos, sin = rope_cos_sin(angles, self.num_prefix_tokens)  # (depth, heads, P+N, d)
-            cos, sin = cos.to(device), sin.to(device)
-            return [AttnPos(rope=(c, s), logit_scale=scale) for c, s in zip(cos.unbind(0), sin.unbind(0))]
+                rot = rope_rotation(angles, self.num_prefix_tokens).to(device)  # (depth, heads, P+N, d/2, 2)
+            return [AttnPos(rope=r, logit_scale=scale) for r in rot.unbind(0)]
 
         return self.cached(("rope", tuple(grid), device), build, self.freqs)

@@ -1,0 +1,96 @@
+"""Checkpoints written by an older vitpos load and compute exactly what they did."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from timm.layers import apply_rot_embed_cat
+
+import vitpos.model
+from vitpos.checkpoint import FORMAT, load_checkpoint, model_from_checkpoint
+from vitpos.config import Config, ConfigError
+from vitpos.lit import model_from_config, param_groups
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def rotate_half(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
+    """Format 1's rotation: pairs (x[j], x[j + d/2]) with the same angles, in timm's rotate-half form."""
+    cos, sin = torch.cat([rot[..., 0], rot[..., 0]], -1), torch.cat([rot[..., 1], rot[..., 1]], -1)
+    return apply_rot_embed_cat(x, torch.cat([sin, cos], -1), half=True)
+
+
+def old_checkpoint(tmp_path, pos: str, class_token: bool = False):
+    """A format-1 checkpoint file (no ``vitpos_format``) whose AdamW moments equal the weights, and its model."""
+    cfg = Config()
+    cfg.model.pos, cfg.model.embed_dim, cfg.model.num_heads, cfg.model.depth = pos, 32, 2, 2
+    cfg.model.class_token, cfg.model.global_pool = class_token, "token" if class_token else "avg"
+    torch.manual_seed(0)
+    model = model_from_config(cfg)
+    with torch.no_grad():  # sharp attention, so that how q and k are paired shows in the logits
+        for block in model.blocks:
+            block.attn.qkv.weight.mul_(30)
+    opt = torch.optim.AdamW(param_groups(model, 0.05))
+    model(torch.randn(2, 3, 32, 32)).square().mean().backward()
+    opt.step()
+    for p in model.parameters():  # moments that name their parameter, to follow them through the upgrade
+        opt.state[p]["exp_avg"] = p.detach().clone()
+        opt.state[p]["exp_avg_sq"] = p.detach().clone()
+    path = tmp_path / f"{pos}.ckpt"
+    torch.save({
+        "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+        "hyper_parameters": {"config": cfg.to_dict()},
+        "optimizer_states": [opt.state_dict()],
+    }, path)  # fmt: skip
+    return path, model.eval()
+
+
+@pytest.mark.parametrize("pos,class_token", [("rope2d", False), ("rope2d", True), ("rope2d-mixed", False),
+                                             ("rope2d+peg", False), ("rope2d+learned", True)])  # fmt: skip
+def test_format1_rope_checkpoint_computes_what_it_did(tmp_path, monkeypatch, pos, class_token):
+    path, old = old_checkpoint(tmp_path, pos, class_token)
+    x = torch.randn(2, 3, 40, 24)  # an unseen, non-square grid
+    with torch.no_grad():
+        with monkeypatch.context() as mp:
+            mp.setattr(vitpos.model, "rotate", rotate_half)
+            before = old(x)
+        misread = old(x)  # the old weights under the new pairing: a different model
+        _, new = model_from_checkpoint(path)
+        after = new(x)
+    torch.testing.assert_close(after, before, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(misread, before, atol=1e-3)
+
+
+@pytest.mark.parametrize("pos", ["rope2d", "rope2d-mixed"])
+def test_format1_upgrade_moves_adamw_moments_with_their_rows(tmp_path, pos):
+    path, _ = old_checkpoint(tmp_path, pos)
+    raw = torch.load(path, weights_only=True)
+    ckpt = load_checkpoint(path)
+    assert ckpt["vitpos_format"] == FORMAT
+    state = ckpt["state_dict"]
+    moved = [k for k in state if not torch.equal(state[k], raw["state_dict"][k])]
+    assert sorted(moved) == sorted(f"model.blocks.{i}.attn.qkv.{w}" for i in range(2) for w in ("weight", "bias"))
+    weights = {t.shape: [] for t in state.values()}
+    for v in state.values():
+        weights[v.shape].append(v)
+    for moments in ckpt["optimizer_states"][0]["state"].values():  # each moment still equals its weight
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert any(torch.equal(moments[key], w) for w in weights[moments[key].shape])
+
+
+@pytest.mark.parametrize("pos", ["relbias", "learned", "none"])
+def test_format1_without_rotation_is_left_as_it_was(tmp_path, pos):
+    path, _ = old_checkpoint(tmp_path, pos)
+    raw = torch.load(path, weights_only=True)
+    ckpt = load_checkpoint(path)
+    assert ckpt["vitpos_format"] == FORMAT
+    assert all(torch.equal(v, raw["state_dict"][k]) for k, v in ckpt["state_dict"].items())
+
+
+def test_a_newer_format_is_refused_in_one_line(tmp_path):
+    path, _ = old_checkpoint(tmp_path, "rope2d")
+    ckpt = torch.load(path, weights_only=True)
+    torch.save({**ckpt, "vitpos_format": FORMAT + 1}, path)
+    with pytest.raises(ConfigError, match="newer vitpos") as e:
+        load_checkpoint(path)
+    assert "\n" not in str(e.value)
