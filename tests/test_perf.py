@@ -9,9 +9,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import ROOT  # noqa: E402
 
 import vitpos
 import vitpos.attention
@@ -232,3 +235,24 @@ def test_cuda_sdpa_runs_on_a_fused_kernel(name):
     assert torch.isfinite(out).all()
     for n, p in m.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), n
+
+
+def test_throughput_benchmark_quick_report(tmp_path, monkeypatch):
+    """benchmarks/throughput.py --quick writes its page: every target row, and the position checks per scheme."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("throughput", ROOT / "benchmarks" / "throughput.py")
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "throughput", bench)  # dataclasses look their module up there
+    spec.loader.exec_module(bench)
+    out = tmp_path / "perf.md"
+    assert bench.main(["--quick", "--schemes", "rope2d", "relbias", "none", "--write", str(out)]) == 0
+    text = out.read_text()
+    checks = text.split("## Position work per forward")[1].split("## Targets")[0]
+    rows = {line.split("|")[1].strip(): line for line in checks.splitlines() if line.startswith("| `")}
+    assert set(rows) == {"`rope2d`", "`relbias`", "`none`"}
+    assert not any("math" in row for row in rows.values())  # no block falls back to SDPA's unfused path
+    assert "vitpos learned-bias" in rows["`relbias`"] and "4-D mask" in rows["`relbias`"]
+    assert rows["`relbias`"].rstrip(" |").endswith("yes")  # a cached evaluation sees a changed table
+    for name in ("rope2d", "relbias"):
+        assert f"`{name}` / timm, 2x2" in text and f"`{name}` overhead vs `none`, 16 tokens" in text
