@@ -36,6 +36,7 @@ import statistics
 import sys
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -496,6 +497,39 @@ def position_checks(s: Settings, img: int) -> list[list[str]]:
     return rows
 
 
+# Calls that only describe or allocate tensors: left out when two models' operator lists are compared.
+METADATA_OPS = {
+    "view", "reshape", "permute", "transpose", "select", "unbind", "expand", "as_strided", "t", "slice",
+    "unsqueeze", "squeeze", "flatten", "unflatten", "alias", "detach", "empty", "empty_like", "empty_strided",
+    "_unsafe_view", "_reshape_alias", "lift_fresh", "resolve_conj", "resolve_neg", "result_type", "to",
+    "_to_copy", "contiguous", "split", "chunk", "narrow", "zeros", "zeros_like", "ones_like", "fill_", "zero_",
+}  # fmt: skip
+
+
+def operator_difference(s: Settings, scheme: str, img: int) -> tuple[int, dict[str, tuple[int, int]]]:
+    """Compute operators (aten, metadata left out) of one training step, vitpos `scheme` against its timm model:
+    the vitpos call count and the operators whose counts differ (vitpos, timm). Batch 4, profiled once."""
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(4, 3, img, img, device=s.device)
+    y = torch.randint(0, NUM_CLASSES, (4,), device=s.device)
+    counts = []
+    for model in (
+        create_model(scheme, img_size=img, patch_size=s.patch, num_classes=NUM_CLASSES, **s.dims),
+        build_timm(scheme, img, s.patch, s.dims),
+    ):
+        model = model.to(s.device).train()
+        opt = make_opt(model, s.device)
+        train_step(model, opt, x, y, contextlib.nullcontext)  # warm: lazy state is made outside the profile
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            train_step(model, opt, x, y, contextlib.nullcontext)
+        names = [e.name for e in prof.events() if e.name.startswith("aten::")]
+        counts.append(Counter(n for n in names if n[6:] not in METADATA_OPS))
+    ours, theirs = counts
+    diff = {n[6:]: (ours[n], theirs[n]) for n in sorted(set(ours) | set(theirs)) if ours[n] != theirs[n]}
+    return sum(ours.values()), diff
+
+
 def attention_cost(s: Settings, batch: int, tokens: int) -> dict[str, float]:
     """ms for one attention forward + backward at the benchmark's shape, q/k/v being views of one qkv
     projection as in the model: no bias; a learned bias through SDPA (its math path on the CPU);
@@ -550,6 +584,15 @@ def miss_notes(s: Settings, targets: list[Target], batch: int) -> list[str]:
                 f"- {t.name}: `shapes` renders each split once per resolution and caches it, so training reads "
                 "tensors; the rendering rate only matters for splits too large to cache (rendered per batch)."
             )
+        if t.name.startswith("`learned` / timm"):
+            g = int(t.name.rsplit("x", 1)[-1])
+            total, diff = operator_difference(s, "learned", g * s.patch)
+            listed = ", ".join(f"`{n}` {a} vs {b}" for n, a, b in ((n, *v) for n, v in diff.items())) or "none"
+            out.append(
+                f"- {t.name}: both are the same ViT. Profiled in this run, one training step of each calls the same "
+                f"compute operators ({total} calls for vitpos, metadata-only calls left out) except: {listed} "
+                "(vitpos vs timm; `dropout` with p = 0 returns its input)."
+            )
         if t.straddles_goal:
             out.append(
                 f"- {t.name}: the rounds span {t.spread}, on both sides of the goal ({t.goal}); the median's gap is "
@@ -576,6 +619,35 @@ def compile_section(compile_rows) -> list[str]:
         "Eval forward (no_grad) across resolutions:",
         "",
         md_table(headers, eval_rows),
+        "",
+    ] + compile_summary(train_rows, eval_rows)
+
+
+def compile_summary(train_rows: list[list[str]], eval_rows: list[list[str]]) -> list[str]:
+    """Ranges read off the two tables, so the page's summary is this run's and not a hand-written one."""
+
+    def column(rows: list[list[str]], i: int) -> list[float]:
+        return [float(r[i].rstrip("x")) for r in rows if len(r) > i and r[i].rstrip("x").replace(".", "", 1).isdigit()]
+
+    def span(v: list[float], spec: str) -> str:
+        return f"{min(v):{spec}}-{max(v):{spec}}" if v else "-"
+
+    schemes = sorted({r[0] for r in train_rows + eval_rows})
+    grids = sorted({r[1] for r in eval_rows})
+    new_res = [float(r[2]) for r in eval_rows if r[1] != eval_rows[0][1]] if eval_rows else []
+    return [
+        "Summary of this run:",
+        "",
+        f"- Compiled and run, training and evaluation at {len(grids)} grids from one model: {', '.join(schemes)} "
+        "(tests/test_perf.py compiles every registry scheme with `fullgraph=True` under `-m slow`).",
+        f"- Steady-state speed-up: training {span(column(train_rows, 5), '.2f')}x, evaluation "
+        f"{span(column(eval_rows, 5), '.2f')}x. Compilation: first training call "
+        f"{span(column(train_rows, 2), '.0f')} s, "
+        f"first evaluation call at a grid {span(column(eval_rows, 2), '.0f')} s"
+        + (f" ({span(new_res, '.0f')} s for the grids after the first)." if new_res else "."),
+        "- Eager mode already hands the matrix multiplies, most of an fp32 step, to oneDNN/MKL "
+        "([performance.md](performance.md) gives the fraction of matmul peak), so on a CPU compile can only fuse "
+        "the remainder; speed-ups within a few per cent of 1.0 are within round-to-round variation.",
         "",
     ]
 
