@@ -20,6 +20,7 @@ import vitpos
 import vitpos.attention
 from vitpos.attention import LearnedBiasAttention
 from vitpos.pos import POS_SCHEMES, PosScheme
+from vitpos.pos.base import rotate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -83,6 +84,24 @@ def test_optimizer_step_invalidates_the_cache(tiny, name, grid):
         assert m.pos.cache_misses > misses, "the forward after a step did not recompute"
     torch.testing.assert_close(served, fresh, rtol=0, atol=0, msg="a stale cache entry survived the step")
     assert not torch.allclose(before, served), "the stepped position parameters did not reach the output"
+
+
+@pytest.mark.parametrize("name", ["rope2d", "rope2d-mixed", "rope2d+peg"])
+def test_rope_is_applied_without_per_batch_copies(tiny, name):
+    """The rotation handed to the blocks has no batch dimension, and rotating q keeps nothing of q's size
+    for backward beyond what autograd needs to turn the gradient back (the table, or q for learned angles)."""
+    m = tiny(name).train()
+    batch, grid = 8, (6, 10)
+    n, heads, d = grid[0] * grid[1], m.pos.num_heads, m.pos.head_dim
+    for a in m.pos.attention(grid):
+        assert a.rope.shape[-3:] == (n, d // 2, 2) and a.rope.dim() <= 4 and a.rope.shape[0] != batch
+    rot = m.pos.attention(grid)[0].rope
+    q = torch.randn(batch, heads, n, d, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+        rotate(q, rot)
+    learned_angles = rot.requires_grad
+    assert max(saved) <= (q.numel() if learned_angles else rot.numel())
 
 
 # ---------------------------------------------------------------------------------------------
