@@ -522,6 +522,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if _rank() == 0:
         print(markdown_table(records), end="")
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        # Tear the process group down here rather than in interpreter shutdown, where its threads can still be
+        # running (a DDP evaluation process once aborted at exit with "terminate called without an active exception").
+        torch.distributed.destroy_process_group()
     return 0
 
 
