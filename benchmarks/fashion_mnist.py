@@ -34,7 +34,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from resolution_transfer import ROOT, _env  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from resolution_transfer import ROOT, _env, finished_sweep, record_sweep  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 from results import cpu_name
 
 from vitpos import POS_SCHEMES
@@ -179,15 +179,13 @@ def sweep(args: argparse.Namespace, runs: list[dict], sweep_dir: Path) -> list[d
            "--resize", "full", "--accelerator", "cpu", "--out", str(sweep_dir), "--overwrite",
            *(["--devices", str(args.eval_devices), "--strategy", "ddp"] if args.eval_devices > 1 else []),
            *(["--limit", str(args.eval_limit)] if args.eval_limit else [])]  # fmt: skip
-    done, manifest = sweep_dir / "resolution.json", sweep_dir / "command.json"
-    fresh = done.is_file() and all(Path(c).stat().st_mtime < done.stat().st_mtime for c in ckpts)
-    if fresh and manifest.is_file() and json.loads(manifest.read_text()) == cmd:
+    if finished_sweep(cmd, ckpts, sweep_dir):
         print(f"reusing the finished sweep in {sweep_dir}", flush=True)
     else:
         print("+", shlex.join(["python", *cmd]), flush=True)
         threads = max(1, len(os.sched_getaffinity(0)) // args.eval_devices)  # no oversubscription under DDP
         subprocess.run([sys.executable, *cmd], cwd=ROOT, env=_env() | {"OMP_NUM_THREADS": str(threads)}, check=True)
-        manifest.write_text(json.dumps(cmd) + "\n")
+        record_sweep(cmd, sweep_dir)
     return load_records(sweep_dir)
 
 

@@ -398,18 +398,32 @@ def sweep(args: argparse.Namespace, results: list[dict], sweep_dir: Path) -> Non
            "--split", args.split, "--accelerator", args.accelerator, "--devices", str(args.devices),
            "--strategy", args.strategy, "--out", str(sweep_dir), "--overwrite",
            *(["--limit", str(args.eval_limit)] if args.eval_limit else [])]  # fmt: skip
-    done, manifest = sweep_dir / "resolution.json", sweep_dir / "command.json"
-    if (
-        not args.retrain
-        and done.is_file()
-        and manifest.is_file()
-        and json.loads(manifest.read_text()) == cmd
-        and all(Path(r["ckpt"]).stat().st_mtime < done.stat().st_mtime for r in results)
-    ):
+    if not args.retrain and finished_sweep(cmd, [r["ckpt"] for r in results], sweep_dir):
         print(f"reusing the finished sweep in {sweep_dir}", flush=True)
         return
     _run([sys.executable, *cmd])
-    manifest.write_text(json.dumps(cmd) + "\n")
+    record_sweep(cmd, sweep_dir)
+
+
+def finished_sweep(cmd: list[str], ckpts: list[str], sweep_dir: Path) -> bool:
+    """Whether ``sweep_dir`` holds a finished sweep that ``cmd`` made after every checkpoint was last written.
+
+    Shared by the benchmarks that sweep: a rerun of the same command on unchanged checkpoints reuses it.
+    The manifest names the command, not the vitpos version: after a change that alters evaluation, delete the
+    sweep folder (or pass ``--retrain`` here) to sweep again.
+    """
+    done, manifest = sweep_dir / "resolution.json", sweep_dir / "command.json"
+    return (
+        done.is_file()
+        and manifest.is_file()
+        and json.loads(manifest.read_text()) == cmd
+        and all(Path(c).stat().st_mtime < done.stat().st_mtime for c in ckpts)
+    )
+
+
+def record_sweep(cmd: list[str], sweep_dir: Path) -> None:
+    """Write the manifest that lets ``finished_sweep`` recognise this sweep."""
+    (sweep_dir / "command.json").write_text(json.dumps(cmd) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,40 @@
+"""Shared benchmark plumbing: a finished sweep is reused only for the same command on unchanged checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+from helpers import ROOT  # noqa: E402
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import fashion_mnist  # noqa: F401  (imports the helpers from resolution_transfer)
+    import resolution_transfer
+
+    return resolution_transfer
+
+
+def test_a_finished_sweep_is_reused_only_when_command_and_checkpoints_match(bench, tmp_path):
+    ckpt = tmp_path / "last.ckpt"
+    ckpt.write_bytes(b"weights")
+    sweep_dir = tmp_path / "sweep"
+    sweep_dir.mkdir()
+    cmd = ["-m", "vitpos.evaluate", "--ckpt", str(ckpt), "--resolutions", "32", "64"]
+    assert not bench.finished_sweep(cmd, [str(ckpt)], sweep_dir)  # nothing there yet
+    (sweep_dir / "resolution.json").write_text("[]")
+    assert not bench.finished_sweep(cmd, [str(ckpt)], sweep_dir)  # results without a manifest
+    bench.record_sweep(cmd, sweep_dir)
+    assert json.loads((sweep_dir / "command.json").read_text()) == cmd
+    old = (sweep_dir / "resolution.json").stat().st_mtime - 10
+    os.utime(ckpt, (old, old))
+    assert bench.finished_sweep(cmd, [str(ckpt)], sweep_dir)
+    assert not bench.finished_sweep([*cmd, "96"], [str(ckpt)], sweep_dir)  # another command
+    new = old + 20
+    os.utime(ckpt, (new, new))
+    assert not bench.finished_sweep(cmd, [str(ckpt)], sweep_dir)  # retrained after the sweep
+    assert "fashion_mnist" in sys.modules
