@@ -26,6 +26,6 @@ bench-resolution: .venv
 	$(PY) benchmarks/resolution_transfer.py
 
 bench-throughput: .venv
-	$(PY) benchmarks/throughput.py
+	$(PY) benchmarks/throughput.py --repeats 8 --write docs/performance.md
 
 .PHONY: train test lint format slow bench-results bench-resolution bench-throughput

@@ -17,7 +17,7 @@ the median of the per-round img/s; a ratio is the median of per-round ratios, so
 (thermal, other load) hits both sides equally.
 
     python benchmarks/throughput.py --quick                          # smoke test, seconds
-    python benchmarks/throughput.py --write docs/performance.md      # CPU, tiny model, 8x8 and 16x16
+    python benchmarks/throughput.py --repeats 8 --write docs/performance.md   # CPU, tiny model, 8x8 and 16x16
     python benchmarks/throughput.py --device cuda --dtype bf16 --model small --patch-size 16 \\
         --img-sizes 224 256 512 --batch-size 256 256 128             # ViT-S/16 on a GPU
 """
