@@ -88,7 +88,8 @@ def _interleave_rope_pairs(ckpt: dict[str, Any]) -> None:
     for name in [n for n in state if n.startswith("model.") and qkv.search(n)]:
         state[name] = state[name][rows]
     # Lightning's optimizer state is indexed by parameter position across the groups vitpos builds.
-    names = [n for g in param_groups(model, 0.0) for p in g["params"] for n, q in model.named_parameters() if q is p]
+    name_of = {id(p): n for n, p in model.named_parameters()}
+    names = [name_of[id(p)] for g in param_groups(model, 0.0) for p in g["params"]]
     for opt in ckpt.get("optimizer_states", []):
         for index, moments in opt.get("state", {}).items():
             if index < len(names) and qkv.search(names[index]):
