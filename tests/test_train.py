@@ -110,6 +110,10 @@ def test_checkpoint_round_trip_gives_identical_model(tmp_path):
     lit.model.eval()
     with torch.no_grad():
         torch.testing.assert_close(model(x), lit.model(x), rtol=0, atol=0)
+    public = vitpos.load_model(path)  # the public loader: same weights, eval mode
+    assert not public.training
+    with torch.no_grad():
+        torch.testing.assert_close(public(x), lit.model(x), rtol=0, atol=0)
     # and the state really changed from initialisation (the test would pass trivially otherwise)
     fresh = model_from_config(cfg2)
     assert not torch.equal(fresh.pos.table, model.pos.table)

@@ -5,4 +5,14 @@ from .pos import POS_REGISTRY, POS_SCHEMES
 from .stems import STEMS
 
 __version__ = "0.1.0"
-__all__ = ["POS_REGISTRY", "POS_SCHEMES", "STEMS", "ViT", "create_model", "__version__"]
+
+
+def load_model(path) -> ViT:
+    """The ViT stored in a vitpos checkpoint, in eval mode, read without unpickling code (one-line
+    ``ConfigError`` for a missing, corrupt, unsafe or foreign file)."""
+    from .checkpoint import load_model as _load  # Lightning is imported only when a checkpoint is read
+
+    return _load(path)
+
+
+__all__ = ["POS_REGISTRY", "POS_SCHEMES", "STEMS", "ViT", "create_model", "load_model", "__version__"]

@@ -114,6 +114,11 @@ def model_from_checkpoint(path: str | Path):
     return cfg, model.eval()
 
 
+def load_model(path: str | Path):
+    """The ViT stored in a vitpos checkpoint, in eval mode; read without unpickling code."""
+    return model_from_checkpoint(path)[1]
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning checkpoint IO that writes to a temp file and renames it into place, and loads safely."""
 
