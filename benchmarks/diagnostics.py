@@ -1,9 +1,10 @@
 """Diagnostics pictures for one checkpoint of each scheme; writes docs/diagnostics.md and docs/diagnostics/<run>/.
 
-    python benchmarks/results.py            # trains the runs this reads (runs/bench-shapes/<pos>-<stem>)
+    python benchmarks/results.py            # trains the runs this reads (runs/bench-shapes/<pos>-<stem>-lr<X>-seed<K>)
     python benchmarks/diagnostics.py        # then this: pictures + the patch-shuffle table
 
-For every finished run under ``--runs`` it calls ``vitpos.diagnose.diagnose`` on ``last.ckpt`` (256 validation
+For every finished run under ``--runs`` whose name matches ``--pattern`` (seed 0 at the default position lr
+scale) it calls ``vitpos.diagnose.diagnose`` on ``last.ckpt`` (256 validation
 images) and links the pictures from one page, with the patch-shuffle test (top-1 with the patches permuted:
 how much each model relies on where its patches are).
 """
@@ -16,8 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from resolution_transfer import ROOT
+from common import ROOT  # noqa: E402  (benchmarks/ is on sys.path as a script)
 
+from vitpos.config import Config
 from vitpos.diagnose import diagnose
 
 
@@ -26,9 +28,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--runs", default="runs/bench-shapes", help="folder of finished runs (results.json)")
     p.add_argument("--docs", default=str(ROOT / "docs"))
     p.add_argument("--num-images", type=int, default=256)
+    p.add_argument("--pattern", default=f"*-lr{Config().optim.pos_lr_scale:g}-seed0", help="run folder names")
     args = p.parse_args(argv)
     docs = Path(args.docs)
-    runs = sorted(d for d in Path(args.runs).iterdir() if (d / "results.json").is_file())
+    runs = sorted(d for d in Path(args.runs).glob(args.pattern) if (d / "results.json").is_file())
     if not runs:
         sys.exit(f"diagnostics.py: error: no finished runs in {args.runs}; run benchmarks/results.py first")
     cmd = shlex.join(["python", "benchmarks/diagnostics.py", *(argv if argv is not None else sys.argv[1:])])

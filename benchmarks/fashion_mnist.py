@@ -34,8 +34,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from resolution_transfer import ROOT, _env, finished_sweep, record_sweep  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
-from results import cpu_name
+from common import ROOT, finished_sweep, machine, record_sweep  # noqa: E402  (benchmarks/ is on sys.path as a script)
+from common import env as _env
 
 from vitpos import POS_SCHEMES
 from vitpos.checkpoint import model_from_checkpoint
@@ -371,7 +371,8 @@ Produced by
 {command}
 ```
 
-on {time.strftime("%Y-%m-%d")} ({cpu_name()}, {len(os.sched_getaffinity(0))} cores, fp32, {args.jobs} training(s) at
+on {time.strftime("%Y-%m-%d")} ({machine()["cpu"]}, {len(os.sched_getaffinity(0))} cores, fp32, {args.jobs}
+training(s) at
 once with {args.threads or max(1, len(os.sched_getaffinity(0)) // args.jobs)} thread(s) each, alongside other
 jobs on this machine, so wall times include that sharing; this
 invocation took {seconds / 60:.0f} min, reusing finished runs). Data: Debian's `dataset-fashion-mnist` (the original

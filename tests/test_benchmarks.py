@@ -13,10 +13,10 @@ from helpers import ROOT  # noqa: E402
 @pytest.fixture
 def bench(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import fashion_mnist  # noqa: F401  (imports the helpers from resolution_transfer)
-    import resolution_transfer
+    import common
+    import fashion_mnist  # noqa: F401  (imports its helpers from common)
 
-    return resolution_transfer
+    return common
 
 
 def test_a_finished_sweep_is_reused_only_when_command_and_checkpoints_match(bench, tmp_path):
@@ -38,3 +38,13 @@ def test_a_finished_sweep_is_reused_only_when_command_and_checkpoints_match(benc
     os.utime(ckpt, (new, new))
     assert not bench.finished_sweep(cmd, [str(ckpt)], sweep_dir)  # retrained after the sweep
     assert "fashion_mnist" in sys.modules
+
+
+def test_mean_ci_is_the_t_interval_and_separation_needs_disjoint_intervals(bench):
+    mean, lo, hi = bench.mean_ci([0.90, 0.92, 0.94])
+    assert mean == pytest.approx(0.92) and hi - mean == pytest.approx(4.303 * 0.02 / 3**0.5)
+    assert lo == pytest.approx(2 * mean - hi)
+    assert all(v != v for v in bench.mean_ci([0.5])[1:])  # one seed: no interval
+    assert bench.separated([0.90, 0.91, 0.92], [0.80, 0.81, 0.82])
+    assert not bench.separated([0.90, 0.91, 0.92], [0.88, 0.90, 0.95])  # overlapping intervals
+    assert not bench.separated([0.99], [0.10, 0.11])  # one seed: never "beats"

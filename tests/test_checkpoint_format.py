@@ -30,7 +30,7 @@ def old_checkpoint(tmp_path, pos: str, class_token: bool = False):
     with torch.no_grad():  # sharp attention, so that how q and k are paired shows in the logits
         for block in model.blocks:
             block.attn.qkv.weight.mul_(30)
-    opt = torch.optim.AdamW(param_groups(model, 0.05))
+    opt = torch.optim.AdamW(param_groups(model, 0.05, 1e-3))
     model(torch.randn(2, 3, 32, 32)).square().mean().backward()
     opt.step()
     for p in model.parameters():  # moments that name their parameter, to follow them through the upgrade
@@ -94,3 +94,31 @@ def test_a_newer_format_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match="newer vitpos") as e:
         load_checkpoint(path)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("pos", ["relbias", "cpb", "relbias+peg"])
+def test_format2_class_token_bias_checkpoint_computes_what_it_did(tmp_path, pos):
+    """Before format 3 a bias scheme padded the class token's rows and columns with 0 and had no
+    ``prefix_bias``, and no config had ``pos_lr_scale``: the upgrade restores exactly that."""
+    cfg = Config()
+    cfg.model.pos, cfg.model.embed_dim, cfg.model.num_heads, cfg.model.depth = pos, 32, 2, 2
+    cfg.model.class_token, cfg.model.global_pool = True, "token"
+    torch.manual_seed(0)
+    model = model_from_config(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+        for name, p in model.named_parameters():
+            if name.endswith("prefix_bias"):
+                p.zero_()  # the old padding
+    state = {f"model.{k}": v for k, v in model.state_dict().items() if not k.endswith("prefix_bias")}
+    old_cfg = cfg.to_dict()
+    del old_cfg["optim"]["pos_lr_scale"]
+    path = tmp_path / "old.ckpt"
+    torch.save({"state_dict": state, "hyper_parameters": {"config": old_cfg}, "vitpos_format": 2}, path)
+    x = torch.randn(2, 3, 40, 24)
+    cfg2, new = model_from_checkpoint(path)
+    assert cfg2.optim.pos_lr_scale == 1.0
+    with torch.no_grad():
+        torch.testing.assert_close(new(x), model(x), rtol=0, atol=0)
+    assert load_checkpoint(path)["vitpos_format"] == FORMAT == 3

@@ -10,8 +10,11 @@ from vitpos.config import ConfigError, DataConfig
 from vitpos.data import build_datamodule
 from vitpos.data.shapes import (
     BAG_OF_PATCHES_CEILING,
+    CELLS,
+    MARGIN,
     MIN_GAP,
     NUM_CLASSES,
+    SIZE_RANGE,
     ShapesDataset,
     coverage,
     render_shapes,
@@ -90,7 +93,49 @@ def test_no_4x4_patch_at_32px_holds_both_objects():
     in_c = F.max_pool2d(cov_c[:, None], 4) > 0
     in_r = F.max_pool2d(cov_r[:, None], 4) > 0
     assert not (in_c & in_r).any()
-    assert MIN_GAP * 32 >= 1.5 * 4
+    assert MIN_GAP * 32 >= 4 + 1  # a patch width plus the two antialiased half-pixel edges
+
+
+def test_objects_share_their_phase_and_are_whole_cells_apart():
+    """The patch grid (8 x 8 at 32 px / patch 4) cuts both objects alike: their offset is a whole number
+    of cells along each axis. This is what leaves a bag of patches nothing to read the relation from."""
+    scenes = sample_scenes(range(2000), seed=3)
+    offset = (scenes.circle_xy - scenes.ref_xy) * CELLS
+    torch.testing.assert_close(offset, offset.round(), atol=1e-4, rtol=0)
+    phase = (scenes.circle_xy * CELLS) % 1
+    torch.testing.assert_close(phase, (scenes.ref_xy * CELLS) % 1, atol=1e-4, rtol=0)
+    # the phase itself is uniform whatever the class: its quartiles per relation sit near 1/4, 1/2, 3/4
+    for rel in range(4):
+        q = phase[scenes.labels % 4 == rel].quantile(torch.tensor([0.25, 0.5, 0.75]), dim=0)
+        torch.testing.assert_close(q, torch.tensor([[0.25], [0.5], [0.75]]).expand(3, 2), atol=0.06, rtol=0)
+
+
+def test_objects_never_touch_the_border():
+    scenes = sample_scenes(range(2000), seed=4)
+    for xy, size in ((scenes.circle_xy, scenes.radius), (scenes.ref_xy, scenes.half)):
+        assert ((xy - size[:, None]) >= MARGIN - 1e-6).all() and ((xy + size[:, None]) <= 1 - MARGIN + 1e-6).all()
+
+
+@pytest.mark.parametrize("sizes", [(SIZE_RANGE[0], SIZE_RANGE[0]), (SIZE_RANGE[1], SIZE_RANGE[1]),
+                                   (SIZE_RANGE[0], SIZE_RANGE[1])])  # fmt: skip
+def test_layouts_of_the_four_relations_are_mirrors_and_turns_of_each_other(sizes):
+    """The layouts a class can draw, as sets: right = left mirrored, above = left transposed, below = above
+    mirrored; so no class has a layout (or a share of border cells) the others lack."""
+    from vitpos.data.shapes import _choose_layout
+
+    u = (torch.arange(4000) + 0.5) / 4000  # every quantile: each valid layout is picked at least once
+    r, s = (torch.full((4000,), v) for v in sizes)
+
+    def layouts(rel: int) -> set[tuple[int, ...]]:
+        cells = _choose_layout(torch.full((4000,), rel), r, s, u)
+        return set(zip(*(c.tolist() for c in cells), strict=True))
+
+    left, right, above, below = (layouts(rel) for rel in range(4))
+    last = CELLS - 1
+    assert len(left) > 50
+    assert right == {(last - cx, cy, last - rx, ry) for cx, cy, rx, ry in left}
+    assert above == {(cy, cx, ry, rx) for cx, cy, rx, ry in left}
+    assert below == {(cx, last - cy, rx, last - ry) for cx, cy, rx, ry in above}
 
 
 def test_pixels_show_the_objects_in_their_colours():

@@ -197,6 +197,26 @@ def test_no_weight_decay_covers_every_position_parameter(tiny, name, class_token
     assert ("cls_token" in nwd) == class_token
 
 
+@pytest.mark.parametrize("name", vitpos.POS_SCHEMES)
+def test_pos_lr_scale_applies_to_every_position_parameter_alike(tiny, name):
+    """One rule for every scheme: exactly the parameters under ``pos.`` get lr x scale; the rest lr; the
+    decay split is unchanged. At scale 1 the two plain groups of earlier checkpoints come back."""
+    from vitpos.lit import param_groups
+
+    m = tiny(name, class_token=True, global_pool="token")
+    name_of = {id(p): n for n, p in m.named_parameters()}
+    plain = param_groups(m, 0.05, 1e-3)
+    assert len(plain) == 2 and all(g["lr"] == 1e-3 for g in plain)
+    groups = param_groups(m, 0.05, 1e-3, pos_lr_scale=30.0)
+    lr_of = {name_of[id(p)]: g["lr"] for g in groups for p in g["params"]}
+    wd_of = {name_of[id(p)]: g["weight_decay"] for g in groups for p in g["params"]}
+    assert set(lr_of) == set(name_of.values())  # every parameter once
+    for n in name_of.values():
+        assert lr_of[n] == pytest.approx(30e-3 if n.startswith("pos.") else 1e-3), n
+    assert wd_of == {name_of[id(p)]: g["weight_decay"] for g in plain for p in g["params"]}
+    assert (len(groups) > 2) == any(n.startswith("pos.") for n in name_of.values())
+
+
 # ---------------------------------------------------------------------------------------------
 # the SDPA path
 # ---------------------------------------------------------------------------------------------

@@ -81,6 +81,35 @@ def test_optimizer_step_never_leaves_the_cache_stale(tiny, name, grid, make_opt)
         assert any(not torch.equal(b, f) for b, f in zip(before, fresh))
 
 
+WITH_PARAMS = [
+    n
+    for n in vitpos.POS_SCHEMES
+    if any(True for _ in vitpos.create_model(n, embed_dim=32, depth=1, num_heads=4).pos.parameters())
+]
+
+
+@pytest.mark.parametrize("edit", ["data", "load_state_dict"])
+@pytest.mark.parametrize("grid", [TRAIN, (12, 12)])
+@pytest.mark.parametrize("name", WITH_PARAMS)
+def test_edited_parameters_never_leave_the_cache_stale(tiny, name, grid, edit):
+    """Parameters changed behind autograd's back (``.data``, a loaded state dict: no version bump) must
+    be seen by the next eval forward, which equals that of a freshly built model with those weights."""
+    m = tiny(name).eval()
+    x = torch.randn(2, 3, grid[0] * 4, grid[1] * 4)
+    with torch.no_grad():
+        before = m(x)  # fills the cache
+        if edit == "data":
+            for p in m.pos.parameters():
+                p.data.mul_(2)
+        else:
+            m.load_state_dict({k: v * 2 if k.startswith("pos.") else v for k, v in m.state_dict().items()})
+        fresh = tiny(name).eval()
+        fresh.load_state_dict(m.state_dict())
+        after, expected = m(x), fresh(x)
+    torch.testing.assert_close(after, expected, rtol=0, atol=0)
+    assert not torch.equal(after, before)  # the edit changed the output: a stale cache would fail above
+
+
 def test_method_setter_rejects_unknown_and_clears_cache(tiny):
     m = tiny("rope2d").eval()
     with torch.no_grad():
@@ -95,6 +124,25 @@ def test_method_setter_rejects_unknown_and_clears_cache(tiny):
 # ---------------------------------------------------------------------------------------------
 # rope2d
 # ---------------------------------------------------------------------------------------------
+
+BF16_EPS = 2.0**-8  # bf16 keeps 8 significant bits: one rounding is off by at most half of 2^-7, relative
+FP32_SLACK = 1e-6  # the fp32 arithmetic before that rounding (products of |x| <~ 5 with cos/sin)
+
+
+def test_bf16_rotation_rounds_once(tiny):
+    """A bf16 q rotated over a 32x32 grid is the fp64 rotation of that q, rounded to bf16 once: each element
+    within BF16_EPS of its exact value (relative). cos/sin rounded to bf16 first were off by up to 0.034."""
+    m = tiny("rope2d", embed_dim=128, num_heads=4)
+    rot = m.pos.attention((32, 32))[0].rope  # fp32 (cos, sin)
+    q = torch.randn(2, 4, 32 * 32, 32).bfloat16()
+    exact = rotate(q.double(), rot.double())
+    got = rotate(q, rot)
+    assert got.dtype == torch.bfloat16
+    err = (got.double() - exact).abs()
+    assert (err <= BF16_EPS * exact.abs() + FP32_SLACK).all()
+    # the negative control: rounding cos/sin to bf16 first breaks the bound
+    coarse = rotate(q.double(), rot.bfloat16().double())
+    assert ((coarse - exact).abs() > BF16_EPS * exact.abs()).any()
 
 
 def rope(m, grid, method=None):
@@ -266,6 +314,49 @@ def test_rope2d_ntk_with_smallest_head_dim(tiny):
         assert torch.isfinite(m(torch.randn(1, 3, 48, 48))).all()
 
 
+# NTK and YaRN pinned against their formulas, written out independently of vitpos/pos/rope2d.py.
+MICRO_ROPE = dict(embed_dim=128, num_heads=4)  # head dim 32: the default model's 8 frequencies per axis
+
+
+def test_rope2d_ntk_is_a_raised_base(tiny):
+    """ntk at a grid s times longer = axial RoPE with theta' = theta * s^(d'/(d'-2)), d' = d/2."""
+    m = tiny("rope2d", **MICRO_ROPE)
+    d, theta, s = m.pos.head_dim, m.pos.theta, 3.0
+    m.pos.method = "ntk"
+    fy, fx, _ = m.pos.axis_frequencies((8, 24))
+    raised = theta * s ** ((d / 2) / (d / 2 - 2))
+    k = torch.arange(d // 4, dtype=torch.float64)
+    torch.testing.assert_close(fx, raised ** (-4 * k / d), rtol=1e-12, atol=0)
+    torch.testing.assert_close(fy, theta ** (-4 * k / d), rtol=1e-12, atol=0)  # rows: not longer, unchanged
+    # what the raised base means: the highest frequency is kept, the lowest slowed by exactly s
+    assert fx[0] == 1.0 and fx[-1] == pytest.approx(theta ** (-4 * (d // 4 - 1) / d) / s, rel=1e-12)
+
+
+def test_rope2d_yarn_ramp_for_grid_axes(tiny):
+    """At 2x the default model's axis (8 tokens, head dim 32, theta 100): pairs that turned through a full
+    circle over the trained offsets -7..7 keep their frequency, those that turned through half of one or
+    less are interpolated; gamma = clamp((7 f / pi - 1/2) / (1 - 1/2), 0, 1)."""
+    m = tiny("rope2d", **MICRO_ROPE)
+    d = m.pos.head_dim
+    f = 100.0 ** (-4 * torch.arange(d // 4, dtype=torch.float64) / d)
+    gamma = ((7 * f / math.pi - 0.5) / 0.5).clamp(0, 1)
+    assert gamma[:2].tolist() == [1.0, 1.0] and 0 < gamma[2] < 1 and gamma[3:].abs().sum() == 0
+    m.pos.method = "yarn"
+    fy, fx, _ = m.pos.axis_frequencies((16, 16))
+    expected = gamma * f + (1 - gamma) * f / 2
+    torch.testing.assert_close(fx, expected, rtol=1e-12, atol=0)
+    torch.testing.assert_close(fy, expected, rtol=1e-12, atol=0)
+
+
+def test_rope2d_yarn_temperature_modes(tiny):
+    axis, tokens = tiny("rope2d"), tiny("rope2d", pos_kwargs={"yarn_temperature": "tokens"})
+    for grid, s_axis, s_tokens in [((16, 16), 2.0, 4.0), ((8, 24), 3.0, 3.0), ((12, 16), 2.0, 3.0)]:
+        assert rope(axis, grid, "yarn")[2] == pytest.approx((0.1 * math.log(s_axis) + 1) ** 2)
+        assert rope(tokens, grid, "yarn")[2] == pytest.approx((0.1 * math.log(s_tokens) + 1) ** 2)
+    with pytest.raises(ValueError, match="yarn_temperature"):
+        tiny("rope2d", pos_kwargs={"yarn_temperature": "area"})
+
+
 def test_rope2d_yarn_temperature(tiny):
     m = tiny("rope2d")
     cos, sin, _ = rope(m, TRAIN, "extrapolate")
@@ -357,18 +448,6 @@ def test_relbias_resize_keeps_a_constant_table_constant(tiny):
         m.pos.table.fill_(0.25)
     for a in m.pos.attention((12, 10)):
         torch.testing.assert_close(a.bias, torch.full_like(a.bias, 0.25))
-
-
-@pytest.mark.parametrize("grid", [TRAIN, (12, 12), (5, 9)])
-def test_relbias_class_token_rows_and_cols_are_zero(tiny, grid):
-    m = tiny("relbias", class_token=True, global_pool="token")
-    n = grid[0] * grid[1]
-    for a in m.pos.attention(grid):
-        assert a.bias.shape == (m.pos.num_heads, n + 1, n + 1)
-        assert (a.bias[:, 0, :] == 0).all() and (a.bias[:, :, 0] == 0).all()
-        assert (a.bias[:, 1:, 1:] != 0).any()
-    m.num_prefix_tokens = m.pos.num_prefix_tokens = 0  # the same scheme without the prefix: the patch block
-    torch.testing.assert_close(m.pos.bias(grid)[0], m.pos.attention(grid)[0].bias[:, :, :], rtol=0, atol=0)
 
 
 def test_relbias_gradients_and_cache(tiny):

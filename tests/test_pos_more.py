@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import TRAIN  # noqa: E402
+from helpers import TRAIN, with_grads  # noqa: E402
 
 import vitpos
 from vitpos.lit import param_groups
@@ -146,7 +146,7 @@ def test_mixed_frequencies_get_gradients_and_one_computation_per_forward(tiny):
 def test_mixed_frequencies_have_no_weight_decay(tiny):
     m = tiny("rope2d-mixed")
     assert m.pos.no_weight_decay() == {"freqs"}
-    decay, no_decay = param_groups(m, 0.05)
+    decay, no_decay = param_groups(m, 0.05, 1e-3)
     assert any(p is m.pos.freqs for p in no_decay["params"])
     assert not any(p is m.pos.freqs for p in decay["params"])
 
@@ -185,9 +185,11 @@ def test_mixed_transfer_methods(tiny):
     got, scale = m.pos.frequencies((16, 16))
     ratio = got / f  # in [1/2, 1] per pair
     assert ratio.min() >= 0.5 - 1e-6 and ratio.max() <= 1 + 1e-6
-    mag = f.norm(dim=-1)
-    assert ratio[..., 0][mag > 2 * math.pi * 32 / 8].allclose(torch.tensor(1.0))  # >= beta turns: extrapolated
-    torch.testing.assert_close(ratio[..., 0][mag < 2 * math.pi / 8], torch.full_like(mag[mag < 2 * math.pi / 8], 0.5))
+    turns = (8 - 1) * f.norm(dim=-1) / math.pi  # full circles over the trained offsets -7..7, per pair
+    kept, interpolated = turns >= 1, turns <= 0.5
+    assert kept.any() and interpolated.any()  # the init ladder spans both ends of the ramp
+    torch.testing.assert_close(ratio[..., 0][kept], torch.ones_like(ratio[..., 0][kept]))
+    torch.testing.assert_close(ratio[..., 0][interpolated], torch.full_like(ratio[..., 0][interpolated], 0.5))
     assert scale == pytest.approx((0.1 * math.log(2) + 1) ** 2)
 
 
@@ -302,12 +304,43 @@ def test_cpb_mlp_gets_gradients_and_training_recomputes(tiny):
     assert m.pos.no_weight_decay() == {"w1", "b1", "w2"}
 
 
-def test_cpb_class_token_rows_and_cols_are_zero(tiny):
-    m = scrambled_cpb(tiny, class_token=True, global_pool="token")
-    for a in m.pos.attention((6, 9)):
-        assert a.bias.shape == (m.pos.num_heads, 55, 55)
-        assert (a.bias[:, 0] == 0).all() and (a.bias[:, :, 0] == 0).all()
-        assert (a.bias[:, 1:, 1:] > 0).all()
+@pytest.mark.parametrize("name", ["relbias", "cpb", "relbias+peg"])
+@pytest.mark.parametrize("grid", [TRAIN, (6, 9)])
+def test_class_token_bias_is_learned_per_block_and_head(tiny, name, grid):
+    """Prefix rows and columns come from prefix_bias (prefix -> patch, patch -> prefix, prefix -> prefix);
+    the patch block is the bias the scheme computes without a prefix."""
+    m = tiny(name, class_token=True, global_pool="token")
+    pos = m.pos.parts["relbias"] if name == "relbias+peg" else m.pos
+    depth, heads, n = pos.depth, pos.num_heads, grid[0] * grid[1]
+    with_grads(m, img=(4 * grid[0], 4 * grid[1]))
+    grad = pos.prefix_bias.grad.abs()
+    assert (grad[:-1] > 0).all()  # every entry of every block and head learns ...
+    assert (grad[-1, :, [0, 2]] > 0).all()  # ... but patch queries of the last block, which token pooling ignores
+    assert "prefix_bias" in pos.no_weight_decay()
+    with torch.no_grad():
+        pos.prefix_bias.copy_(torch.arange(depth * heads * 3, dtype=torch.float32).view(depth, heads, 3) + 100)
+    pos.num_prefix_tokens = 0  # the same scheme without the prefix: the patch block
+    patch_only = pos.bias(grid)
+    pos.num_prefix_tokens = 1
+    for layer, a in enumerate(m.pos.attention(grid)):
+        b, pb = a.bias, pos.prefix_bias[layer]
+        assert b.shape == (heads, n + 1, n + 1)
+        torch.testing.assert_close(b[:, 0, 1:], pb[:, 0, None].expand(heads, n))
+        torch.testing.assert_close(b[:, 1:, 0], pb[:, 1, None].expand(heads, n))
+        torch.testing.assert_close(b[:, 0, 0], pb[:, 2])
+        torch.testing.assert_close(b[:, 1:, 1:], patch_only[layer], rtol=0, atol=0)
+
+
+def test_cpb_class_token_starts_as_an_ordinary_key(tiny):
+    """At init a patch query gives the class token about the attention share of a patch (1/(N+1)); a prefix
+    padded with 0 against cpb's ~8 between patches would hide it (e^-8 of a patch's share)."""
+    m = tiny("cpb", class_token=True, global_pool="token")
+    bias = m.pos.attention(TRAIN)[0].bias.detach()  # (heads, 65, 65)
+    share = bias[:, 1:].softmax(-1)[..., 0]  # (heads, 64): what each patch query gives the class token
+    assert share.mean() == pytest.approx(1 / 65, rel=0.1)
+    padded = bias.clone()
+    padded[:, 1:, 0] = 0  # the zero-padded prefix: the negative control
+    assert padded[:, 1:].softmax(-1)[..., 0].mean() < 1e-3
 
 
 # ---------------------------------------------------------------------------------------------

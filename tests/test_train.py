@@ -73,7 +73,7 @@ def test_config_round_trips_through_yaml(tmp_path):
 def test_no_weight_decay_on_position_norms_and_biases():
     for pos in vitpos.POS_SCHEMES:
         model = vitpos.create_model(pos, embed_dim=32, depth=2, num_heads=2)
-        decay, no_decay = param_groups(model, 0.05)
+        decay, no_decay = param_groups(model, 0.05, 1e-3)
         no_decay_ids = {id(p) for p in no_decay["params"]}
         for name, p in model.named_parameters():
             expect_no_decay = name.startswith("pos.") or p.ndim <= 1

@@ -26,7 +26,9 @@ from .config import Config, ConfigError
 
 # 1 (no "vitpos_format" key): RoPE pairs were (x[j], x[j + d/2]) ("rotate-half").
 # 2: RoPE pairs are (x[2j], x[2j+1]) (interleaved, one complex multiply).
-FORMAT = 2
+# 3: optim.pos_lr_scale exists (absent before: 1); bias schemes with a class token learn its bias
+#    (``prefix_bias``; before: 0).
+FORMAT = 3
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -59,6 +61,8 @@ def upgrade_checkpoint(ckpt: dict[str, Any], path: str | Path = "checkpoint") ->
         raise ConfigError(f"{path} was written by a newer vitpos (checkpoint format {fmt}, this one reads <= {FORMAT})")
     if fmt < 2:
         _interleave_rope_pairs(ckpt)
+    if fmt < 3:
+        _add_format3_fields(ckpt)
     ckpt["vitpos_format"] = FORMAT
     return ckpt
 
@@ -89,13 +93,27 @@ def _interleave_rope_pairs(ckpt: dict[str, Any]) -> None:
         state[name] = state[name][rows]
     # Lightning's optimizer state is indexed by parameter position across the groups vitpos builds.
     name_of = {id(p): n for n, p in model.named_parameters()}
-    names = [name_of[id(p)] for g in param_groups(model, 0.0) for p in g["params"]]
+    names = [name_of[id(p)] for g in param_groups(model, 0.0, 1.0) for p in g["params"]]
     for opt in ckpt.get("optimizer_states", []):
         for index, moments in opt.get("state", {}).items():
             if index < len(names) and qkv.search(names[index]):
                 for key, value in moments.items():
                     if torch.is_tensor(value) and value.ndim >= 1 and value.shape[0] == len(rows):
                         moments[key] = value[rows]
+
+
+def _add_format3_fields(ckpt: dict[str, Any]) -> None:
+    """Format 2 -> 3: the settings and parameters that did not exist take the values that reproduce the old
+    run: ``pos_lr_scale`` 1 (so a resumed run keeps its optimizer layout) and a class-token bias of 0
+    (the zero padding that stood in its place)."""
+    from .lit import model_from_config  # local: lit imports Lightning's heavier modules
+
+    optim = ckpt["hyper_parameters"]["config"].setdefault("optim", {})
+    optim.setdefault("pos_lr_scale", 1.0)
+    state = ckpt["state_dict"]
+    for name, value in model_from_config(config_from_checkpoint(ckpt)).state_dict().items():
+        if name.endswith("prefix_bias") and f"model.{name}" not in state:
+            state[f"model.{name}"] = torch.zeros_like(value)
 
 
 def config_from_checkpoint(ckpt: dict[str, Any]) -> Config:

@@ -39,6 +39,7 @@ FLAG_FIELDS: dict[str, tuple[str, str]] = {
     "epochs": ("optim", "epochs"),
     "lr": ("optim", "lr"),
     "lr_scaling": ("optim", "lr_scaling"),
+    "pos_lr_scale": ("optim", "pos_lr_scale"),
     "weight_decay": ("optim", "weight_decay"),
     "warmup_epochs": ("optim", "warmup_epochs"),
     "label_smoothing": ("optim", "label_smoothing"),
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--epochs", type=int)
     g.add_argument("--lr", type=float)
     g.add_argument("--lr-scaling", choices=["none", "linear"], help="linear: lr x global batch / 256")
+    g.add_argument("--pos-lr-scale", type=float, help="learning-rate factor for the position scheme's parameters")
     g.add_argument("--weight-decay", type=float)
     g.add_argument("--warmup-epochs", type=float)
     g.add_argument("--label-smoothing", type=float)
@@ -183,6 +185,8 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"{flag} must be a positive integer, got {v!r}")
     if not o.lr > 0:
         raise ConfigError(f"--lr must be positive, got {o.lr}")
+    if not (isinstance(o.pos_lr_scale, int | float) and 0 < o.pos_lr_scale < float("inf")):
+        raise ConfigError(f"--pos-lr-scale must be a positive number, got {o.pos_lr_scale!r}")
     if m.embed_dim % m.num_heads:
         raise ConfigError(f"--embed-dim {m.embed_dim} is not divisible by --num-heads {m.num_heads}")
     for flag, values in (("--img-size", [m.img_size]), ("--train-resolutions", t.train_resolutions),

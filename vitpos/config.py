@@ -79,6 +79,11 @@ class OptimConfig:
     epochs: int = 10
     lr: float = 1e-3  # for the global batch below; see `lr_scaling`
     lr_scaling: str = "none"  # "none" or "linear": lr * global_batch / 256
+    # The position scheme's own parameters (tables, bias MLPs, learned frequencies, PEG's conv) train at
+    # lr * pos_lr_scale. Under Adam a parameter moves at most about the summed learning rate, ~0.3 over the
+    # default schedule, while a position table starting at std .02 must grow to the tokens' scale:
+    # at scale 1 `learned` and `relbias` stall (docs/results.md has the ablation).
+    pos_lr_scale: float = 10.0
     weight_decay: float = 0.05
     warmup_epochs: float = 1.0
     min_lr_ratio: float = 0.01

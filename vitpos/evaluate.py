@@ -415,11 +415,13 @@ def write_results(records: list[dict[str, Any]], out_dir: str | Path) -> Path:
 
 
 def load_records(path: str | Path) -> list[dict[str, Any]]:
-    """Read an evaluator's resolution.json (or the folder holding it)."""
+    """Read an evaluator's resolution.json (or the folder holding it), or the records of a benchmark's
+    JSON that keeps them under "records" (docs/resolution.json)."""
     p = Path(path)
     if p.is_dir():
         p = p / "resolution.json"
-    return json.loads(p.read_text())
+    data = json.loads(p.read_text())
+    return data["records"] if isinstance(data, dict) else data
 
 
 def default_out(ckpt: str | Path) -> Path:

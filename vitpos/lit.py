@@ -41,17 +41,24 @@ def model_from_config(cfg: Config) -> ViT:
     )
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """AdamW groups: no decay on norms, biases (1-D) and what the model names in no_weight_decay()."""
+def param_groups(model: nn.Module, weight_decay: float, lr: float, pos_lr_scale: float = 1.0) -> list[dict[str, Any]]:
+    """AdamW groups: no decay on norms, biases (1-D) and what the model names in no_weight_decay(); the position
+    scheme's parameters (everything under ``model.pos``, whatever the scheme) at ``lr * pos_lr_scale``.
+
+    With ``pos_lr_scale == 1`` the position parameters stay in the two plain groups, the layout checkpoints
+    written before the scale existed expect.
+    """
     skip = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()
-    decay, no_decay = [], []
+    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {(p, d): [] for p in (False, True) for d in (True, False)}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        (no_decay if p.ndim <= 1 or name in skip else decay).append(p)
+        is_pos = pos_lr_scale != 1.0 and name.startswith("pos.")
+        groups[is_pos, not (p.ndim <= 1 or name in skip)].append(p)
     return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+        {"params": params, "weight_decay": weight_decay if decay else 0.0, "lr": lr * (pos_lr_scale if is_pos else 1)}
+        for (is_pos, decay), params in groups.items()
+        if params or not is_pos  # the two plain groups always exist, as before
     ]
 
 
@@ -135,7 +142,8 @@ class LitViT(L.LightningModule):
         lr = o.lr
         if o.lr_scaling == "linear":
             lr = lr * self.global_batch_size() / 256
-        opt = torch.optim.AdamW(param_groups(self.model, o.weight_decay), lr=lr, betas=tuple(o.betas))
+        groups = param_groups(self.model, o.weight_decay, lr, o.pos_lr_scale)
+        opt = torch.optim.AdamW(groups, lr=lr, betas=tuple(o.betas))
         total = max(1, int(self.trainer.estimated_stepping_batches))
         steps_per_epoch = max(1, total // max(1, self.trainer.max_epochs or 1))
         warmup = min(total, max(1, int(o.warmup_epochs * steps_per_epoch)))

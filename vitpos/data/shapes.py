@@ -3,41 +3,38 @@
 Each image holds two objects on a noisy background of a random dark colour (channels in
 [0, 0.25]): a circle and a *reference* object that is either a square or a diamond (an L1
 ball). Object colours are random and bright (channels in [0.5, 1], at least 0.35 away from
-the background in some channel). An earlier version drew background and objects from the
-whole colour cube; a ViT then sat at chance for hundreds of steps, which made the default
-budget a test of patience rather than of position. Sizes are random
-(circle radius 0.09-0.15, reference half-size 0.10-0.16, in units of the image side).
-The 8 classes are
+the background in some channel): with colours drawn from the whole cube a ViT sat at chance
+for hundreds of steps. The 8 classes are
 
     label = 4 * shape + relation
     shape:    0 square, 1 diamond                                  (what the reference is)
     relation: 0 left, 1 right, 2 above, 3 below                    (where the circle is)
 
-The relation is taken along the dominant axis of the circle-to-reference offset, and
-positions are sampled so that it is clear: |d_main| >= 1.5 |d_other|. The objects never
-overlap: along the main axis their extents are at least ``MIN_GAP`` = 0.1875 apart (1.5
-patch widths at 32 px / patch 4), so no 4x4 patch of a 32 px image holds both. Classes are
-exactly balanced (label = index % 8).
+Classes are exactly balanced (label = index % 8).
 
-Bag-of-patches ceiling. A model that sees the patches as an unordered set (no position)
-can tell square from diamond, but not where the circle is relative to the reference: no
-patch holds both objects, the background noise is i.i.d. per pixel (it carries no
-position), and objects never touch the border. Its best accuracy is therefore ideally
-``BAG_OF_PATCHES_CEILING`` = 0.25 (chance 0.125). A position-aware model can reach ~100 %.
+Layout. The image is divided into ``CELLS`` x ``CELLS`` cells (8 x 8: at the default 32 px with
+patch 4 a cell is one patch). Each object sits in a cell, and both objects sit at the *same*
+random offset (phase) inside their cells, so the circle-to-reference offset is a whole number
+of cells along each axis. A scene draws the circle radius (0.07-0.10 of the image side) and the
+reference half-size (0.07-0.10), then one layout uniformly among those where
 
-Measured, not ideal: `none` with the patch stem (exactly permutation invariant, tested)
-reaches about 0.30 on held-out scenes with the default budget (docs/results.md), so the
-multiset of 4 px patches still carries a weak cue to the relation. One part of it is the
-sub-patch phase: how the patch grid cuts each object reveals (x_circle - x_reference) mod
-the patch width, whose distribution differs slightly between "left" and "right" (alone it
-separates the two at about 53 %). The rest is not identified yet. Treat ~0.30, not 0.25,
-as what a position-blind model reaches here.
+* each object lies inside the image (at least ``MARGIN`` from every border) at any phase,
+* along the relation's axis the objects' extents are at least ``MIN_GAP`` apart (1.25 cells:
+  no 4 px patch at 32 px holds both objects, even with the antialiased edges),
+* that axis dominates: |cells along it| >= ``DOMINANCE`` x |cells along the other|,
 
-A linear classifier is weak here (measured with this rendering): sklearn
-``LogisticRegression`` on raw 32 px pixels, 2,000 training images (seed 0), scored on
-2,000 others (seed 1): 0.423 / 0.451 / 0.457 test accuracy at C = 1 / 0.1 / 0.01 (train
-accuracy 1.0 / 0.90 / 0.64; chance 0.125). It beats the bag-of-patches ceiling because
-pixels carry position, but the relation is far from linear in them.
+and the phase uniformly in the cell. Labels need position: a position-aware model reaches ~100 %.
+
+Bag-of-patches ceiling. A model that sees the patches as an unordered set (no position, e.g.
+`none` with the patch stem) can tell square from diamond but not where the circle is: no patch
+holds both objects, no object touches the border, the pixel noise is i.i.d., and the multiset of
+patches carries no trace of the relation. The scene distribution is symmetric under mirroring and
+quarter turns of the canvas, which map the relations onto each other and leave every object's
+shape and the uniform phase distribution unchanged; and because the two objects share their
+phase, the patch grid cuts them alike in every class. So the best a bag of patches can do is
+``BAG_OF_PATCHES_CEILING`` = 0.25 (chance 0.125), exactly, for every token grid that is a multiple
+of 8 x 8 (patch 4 at 32, 64, 96 ... px). At other grids (48 px: 12 x 12) a cell is not a whole number
+of patches and a weak cue returns; that only matters when a position-blind model is *trained* there.
 
 Rendering. A scene lives in normalised coordinates ([0, 1]^2, x right, y down). It is
 rasterised with antialiasing at the requested size (coverage = clamp(0.5 - signed
@@ -73,8 +70,11 @@ from .transforms import to_hw
 
 BAG_OF_PATCHES_CEILING = 0.25
 NUM_CLASSES = 8
-MIN_GAP = 0.1875  # 1.5 patch widths at 32 px / patch 4, in units of the image side
-DOMINANCE = 1.5  # |d_main| >= DOMINANCE * |d_other|
+CELLS = 8  # layout cells per axis: one patch each at 32 px / patch 4
+MIN_GAP = 1.25 / CELLS  # between the objects' extents along the relation's axis, in units of the image side
+MARGIN = 0.02  # between an object and the border
+SIZE_RANGE = (0.07, 0.10)  # circle radius and reference half-size, in units of the image side
+DOMINANCE = 1.5  # |cells along the relation's axis| >= DOMINANCE * |cells along the other|
 RELATIONS = ("left", "right", "above", "below")
 SHAPES = ("square", "diamond")
 NOISE = 0.1  # pixel noise: uniform in [-NOISE, NOISE]
@@ -133,37 +133,58 @@ def _colour_apart(keys: torch.Tensor, bg: torch.Tensor, slot: int, tries: int = 
     return cand[torch.arange(len(keys)), pick]
 
 
+def _layouts() -> tuple[torch.Tensor, ...]:
+    """Every (circle col, circle row, reference col, reference row) cell tuple: four (CELLS^4,) tensors."""
+    k = torch.arange(CELLS)
+    return tuple(t.flatten() for t in torch.meshgrid(k, k, k, k, indexing="ij"))
+
+
+def _choose_layout(rel: torch.Tensor, r: torch.Tensor, s: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """For each scene the u-quantile of its valid layouts (see the module docstring): circle and
+    reference cells (cx, cy, rx, ry), each (n,) int64."""
+    cx, cy, rx, ry = _layouts()
+
+    def fits(k: torch.Tensor, size: torch.Tensor) -> torch.Tensor:  # (n, L): inside at any phase
+        return (k / CELLS >= size[:, None] + MARGIN) & ((k + 1) / CELLS <= 1 - size[:, None] - MARGIN)
+
+    dx, dy = cx - rx, cy - ry  # circle minus reference, in cells
+    horizontal = (rel < 2)[:, None]
+    main = torch.where(horizontal, dx, dy)  # (n, L) signed, along the relation's axis
+    other = torch.where(horizontal, dy, dx).abs()
+    sign = torch.where(rel % 2 == 0, -1, 1)[:, None]  # left / above: circle at the smaller coordinate
+    gap_ok = (main * sign) / CELLS - r[:, None] - s[:, None] >= MIN_GAP
+    valid = fits(cx, r) & fits(cy, r) & fits(rx, s) & fits(ry, s) & gap_ok & (main.abs() >= DOMINANCE * other)
+    count = valid.sum(1)
+    if (count == 0).any():  # cannot happen with the constants above (tested at the extreme sizes)
+        raise RuntimeError("shapes: no valid layout for some scene; check CELLS, SIZE_RANGE, MIN_GAP")
+    pick = (u * count).long().clamp_max(count - 1)  # the pick-th valid layout, 0-based
+    j = (valid.cumsum(1) <= pick[:, None]).sum(1)
+    return cx[j], cy[j], rx[j], ry[j]
+
+
 def sample_scenes(indices: torch.Tensor | range, seed: int) -> Scenes:
     """The scenes with these indices of the stream `seed` (each a pure function of (seed, index))."""
     idx = torch.as_tensor(list(indices) if isinstance(indices, range) else indices, dtype=torch.int64)
     keys = _hash(_hash(torch.tensor(seed & _M32)) ^ _hash(torch.tensor((seed >> 32) & _M32) + 1) ^ idx)
     keys = _hash(keys + idx)  # indices >= 2**32 are not a use case; this just mixes once more
     labels = idx % NUM_CLASSES
-    rel = labels % 4
-    u = [_uniform(keys, s) for s in range(8)]
-    r = 0.09 + 0.06 * u[0]
-    s = 0.10 + 0.06 * u[1]
-    lo, hi = r + s + MIN_GAP, 1.0 - r - s
-    d_main = lo + (hi - lo) * u[2]
-    d_other = (2 * u[3] - 1) * d_main / DOMINANCE
-    sign = torch.where(rel % 2 == 0, -1.0, 1.0)  # left / above: circle at smaller x / y
-    horizontal = rel < 2
-    dx = torch.where(horizontal, sign * d_main, d_other)  # circle minus reference
-    dy = torch.where(horizontal, d_other, sign * d_main)
-
-    def place(d: torch.Tensor, uu: torch.Tensor) -> torch.Tensor:
-        # circle c in [r, 1-r] and reference c - d in [s, 1-s]; the range is never empty.
-        a = torch.maximum(r, s + d)
-        b = torch.minimum(1 - r, 1 - s + d)
-        return a + (b - a) * uu
-
-    cx, cy = place(dx, u[4]), place(dy, u[5])
+    u = [_uniform(keys, s) for s in range(6)]
+    lo, hi = SIZE_RANGE
+    r = lo + (hi - lo) * u[0]
+    s = lo + (hi - lo) * u[1]
+    chunk = 4096  # bounds the (n, CELLS^4) layout masks to ~100 MB
+    cells = [
+        _choose_layout(labels[i : i + chunk] % 4, r[i : i + chunk], s[i : i + chunk], u[2][i : i + chunk])
+        for i in range(0, len(idx), chunk)
+    ]
+    cx, cy, rx, ry = (torch.cat(c) for c in zip(*cells)) if cells else (torch.zeros(0),) * 4
+    phase = torch.stack([u[3], u[4]], -1)  # shared by both objects: the grid cuts them alike
     bg = 0.25 * torch.stack([_uniform(keys, 10 + c) for c in range(3)], -1)  # dark
     return Scenes(
         labels=labels,
-        circle_xy=torch.stack([cx, cy], -1),
+        circle_xy=(torch.stack([cx, cy], -1) + phase) / CELLS,
         radius=r,
-        ref_xy=torch.stack([cx - dx, cy - dy], -1),
+        ref_xy=(torch.stack([rx, ry], -1) + phase) / CELLS,
         half=s,
         bg=bg,
         circle_rgb=_colour_apart(keys, bg, 100),

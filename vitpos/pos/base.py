@@ -91,41 +91,37 @@ class PosScheme(nn.Module):
 
     # -- caching -------------------------------------------------------------------------
     def cached(self, key: tuple, build, *params: Tensor):
-        """Return build() cached under key, the method, and the versions of ``params``.
+        """Return build() cached under key and the method, valid while ``params`` hold the values it saw.
 
-        Differentiable results are only cached when no gradient is recorded, so a
-        training step always gets a fresh graph while evaluation never recomputes.
-        A learned parameter changed in place (an optimizer step) bumps its ``_version``
-        and so misses the cache. Under torch.compile the cache is bypassed: the graph
-        builds what it needs itself (a few small ops, fused by the compiler).
+        Differentiable results are only cached when no gradient is recorded, so a training step always
+        gets a fresh graph while evaluation never recomputes. An entry keeps a copy of the (small)
+        position parameters it was built from and is used only while they are equal to it: a change of
+        any kind (an optimizer step, a fused optimizer, an edit through ``.data``, a loaded state dict)
+        rebuilds it. Under torch.compile the cache is bypassed: the graph builds what it needs itself
+        (a few small ops, fused by the compiler).
         """
         if torch.compiler.is_compiling():
-            # data_ptr()/_version are data-dependent (a graph break each), and the cache dict's
-            # contents and the miss counter would be guarded on (a recompile per fill, per step).
+            # comparing tensors is data-dependent (a graph break each), and the cache dict's contents and
+            # the miss counter would be guarded on (a recompile per fill, per step).
             return build()
         grad_needed = torch.is_grad_enabled() and any(p.requires_grad for p in params)
         if grad_needed:
             self.cache_misses += 1
             return build()
-        full_key = (key, self._method, tuple((p.data_ptr(), p._version) for p in params))
-        hit = self._cache.get(full_key)
-        if hit is None:
-            if len(self._cache) > 32:  # bound memory when sweeping many grids
-                self._cache.clear()
-            self.cache_misses += 1
-            hit = build()
-            self._cache[full_key] = hit
-        return hit
+        full_key = (key, self._method)
+        entry = self._cache.get(full_key)
+        if entry is not None and all(torch.equal(seen, p) for seen, p in zip(entry[0], params, strict=True)):
+            return entry[1]
+        if len(self._cache) > 32:  # bound memory when sweeping many grids
+            self._cache.clear()
+        self.cache_misses += 1
+        value = build()
+        self._cache[full_key] = (tuple(p.detach().clone() for p in params), value)
+        return value
 
     def _apply(self, fn, recurse=True):
         self._cache.clear()  # .to(device/dtype) invalidates cached tensors
         return super()._apply(fn, recurse)
-
-    def train(self, mode: bool = True):
-        # Fused optimizers (AdamW(fused=True)) change parameters without bumping _version,
-        # so entries cached before a training phase must not outlive it.
-        self._cache.clear()
-        return super().train(mode)
 
 
 def grid_coords(grid: Grid, device=None, dtype=torch.float32) -> tuple[Tensor, Tensor]:
@@ -152,6 +148,30 @@ def rotate(x: Tensor, rot: Tensor) -> Tensor:
         turn = torch.view_as_complex(rot.to(x.dtype).contiguous())
         return torch.view_as_real(torch.view_as_complex(pairs) * turn).flatten(-2)
     # bf16/fp16 have no complex dtype, and inductor (no complex codegen) fuses this real form itself.
-    cos, sin = rot.to(x.dtype).unbind(-1)
-    x1, x2 = pairs.unbind(-1)
-    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+    # The rotation runs in fp32 and is rounded once: cos/sin rounded to bf16 first would be off by up to
+    # 2^-9 each, an error that grows with |x| (tests/test_pos_more.py bounds it).
+    cos, sin = rot.float().unbind(-1)
+    x1, x2 = pairs.float().unbind(-1)
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2).to(x.dtype)
+
+
+def prefix_bias_param(depth: int, num_heads: int, num_prefix_tokens: int, init: float) -> nn.Parameter | None:
+    """Learned logit bias between prefix (class) tokens and the rest, per block and head, as BEiT does:
+    (depth, heads, 3) for (prefix query -> patch key, patch query -> prefix key, prefix -> prefix);
+    None without prefix tokens. ``init`` should be near the scheme's own patch bias at initialisation,
+    so that the class token starts as an ordinary key rather than a hidden one."""
+    if not num_prefix_tokens:
+        return None
+    return nn.Parameter(torch.full((depth, num_heads, 3), float(init)))
+
+
+def add_prefix_bias(bias: Tensor, prefix: Tensor | None, num_prefix_tokens: int) -> Tensor:
+    """(L, heads, N, N) patch bias -> (L, heads, P+N, P+N), prefix rows and columns from ``prefix`` (L, heads, 3)."""
+    p = num_prefix_tokens
+    if not p:
+        return bias
+    n = bias.shape[-1]
+    to_patch, from_patch, to_prefix = (t[..., None, None] for t in prefix.to(bias.dtype).unbind(-1))
+    top = torch.cat([to_prefix.expand(-1, -1, p, p), to_patch.expand(-1, -1, p, n)], dim=-1)  # prefix queries
+    rest = torch.cat([from_patch.expand(-1, -1, n, p), bias], dim=-1)  # patch queries
+    return torch.cat([top, rest], dim=-2)

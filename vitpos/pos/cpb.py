@@ -15,6 +15,12 @@ offset alone. Nothing is resized for a new grid:
 
 Initialisation follows Swin v2, whose global init covers this MLP: weights trunc-normal (std .02),
 biases zero. The MLP is a position parameter: no weight decay.
+
+With a class token, each block and head also learns the bias between it and the patches
+(``prefix_bias``, as BEiT: prefix -> patch, patch -> prefix, prefix -> prefix). It starts at 8, the
+bias the MLP gives every offset at init (16 * sigmoid(~0)): a prefix padded with 0 instead would sit
+8 logits below every patch, and a patch query would give the class token ~1/3000 of the attention a
+patch gets.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from einops import rearrange
 from timm.layers import trunc_normal_
 from torch import Tensor, nn
 
-from .base import AttnPos, Grid, PosScheme
+from .base import AttnPos, Grid, PosScheme, add_prefix_bias, prefix_bias_param
 from .relbias import relative_position_index
 
 
@@ -55,6 +61,7 @@ class CpbPos(PosScheme):
         self.w2 = nn.Parameter(torch.zeros(self.depth, cpb_hidden, self.num_heads))
         trunc_normal_(self.w1, std=init_std)
         trunc_normal_(self.w2, std=init_std)
+        self.prefix_bias = prefix_bias_param(self.depth, self.num_heads, self.num_prefix_tokens, init=8.0)
 
     def coords(self, grid: Grid) -> tuple[Tensor, Tensor]:
         """The offsets table ((2h-1)(2w-1), 2) and the (N, N) index into it; cached per grid and method."""
@@ -67,16 +74,16 @@ class CpbPos(PosScheme):
         return self.cached(("coords", tuple(grid), self.w1.device), build)
 
     def bias(self, grid: Grid) -> Tensor:
-        """(depth, heads, P+N, P+N) bias in (0, 16); prefix rows and columns are zero."""
+        """(depth, heads, P+N, P+N) bias, (0, 16) between patches; prefix rows and columns from ``prefix_bias``."""
         table, index = self.coords(grid)
         hidden = F.relu(torch.einsum("tc,lch->lth", table.to(self.w1.dtype), self.w1) + self.b1)
         out = 16 * torch.sigmoid(torch.einsum("lth,lhk->ltk", hidden, self.w2))  # (depth, T, heads)
         n = grid[0] * grid[1]
         # one gather for all blocks; contiguous so that SDPA reads each block's mask in place
-        bias = rearrange(out[:, index.flatten()], "l (i j) heads -> l heads i j", i=n).contiguous()
-        p = self.num_prefix_tokens
-        return F.pad(bias, [p, 0, p, 0]) if p else bias
+        bias = rearrange(out[:, index.flatten()], "l (i j) heads -> l heads i j", i=n)
+        return add_prefix_bias(bias, self.prefix_bias, self.num_prefix_tokens).contiguous()
 
     def attention(self, grid: Grid, device=None) -> list[AttnPos]:
-        bias = self.cached(("bias", tuple(grid), device), lambda: self.bias(grid).to(device), self.w1, self.b1, self.w2)
+        params = [p for p in (self.w1, self.b1, self.w2, self.prefix_bias) if p is not None]
+        bias = self.cached(("bias", tuple(grid), device), lambda: self.bias(grid).to(device), *params)
         return [AttnPos(bias=b) for b in bias.unbind(0)]

@@ -2,7 +2,9 @@
 
 Each block owns a table of (2H-1)(2W-1) x heads entries (trunc-normal, std .02); the bias
 between tokens i and j is table[(dy + H-1) * (2W-1) + (dx + W-1)] with (dy, dx) their offset,
-so it depends on the offset alone.
+so it depends on the offset alone. With a class token, each block and head also learns the bias
+between it and the patches (``prefix_bias``, as BEiT: prefix -> patch, patch -> prefix, prefix ->
+prefix), zero at init like the table's mean.
 
 Methods for a new grid (h, w):
 
@@ -19,7 +21,7 @@ from einops import rearrange
 from timm.layers import trunc_normal_
 from torch import Tensor, nn
 
-from .base import AttnPos, Grid, PosScheme, grid_coords
+from .base import AttnPos, Grid, PosScheme, add_prefix_bias, grid_coords, prefix_bias_param
 
 
 def relative_offsets(grid: Grid, device=None) -> tuple[Tensor, Tensor]:
@@ -47,6 +49,7 @@ class RelBiasPos(PosScheme):
         h, w = self.train_grid
         self.table = nn.Parameter(torch.zeros(self.depth, (2 * h - 1) * (2 * w - 1), self.num_heads))
         trunc_normal_(self.table, std=init_std)
+        self.prefix_bias = prefix_bias_param(self.depth, self.num_heads, self.num_prefix_tokens, init=0.0)
 
     def table_for(self, grid: Grid) -> tuple[Tensor, Grid]:
         """The (depth, T, heads) table to index for ``grid`` and the grid it was built for."""
@@ -58,7 +61,7 @@ class RelBiasPos(PosScheme):
         return rearrange(t, "l heads y x -> l (y x) heads").to(self.table.dtype), tuple(grid)
 
     def bias(self, grid: Grid) -> Tensor:
-        """(depth, heads, P+N, P+N) bias for ``grid``; prefix rows and columns are zero."""
+        """(depth, heads, P+N, P+N) bias for ``grid``; prefix rows and columns from ``prefix_bias``."""
         table, table_grid = self.table_for(grid)
         index = self.cached(
             ("index", tuple(grid), table_grid, self.method, self.table.device),
@@ -66,10 +69,10 @@ class RelBiasPos(PosScheme):
         )
         n = grid[0] * grid[1]
         # one gather for all blocks; contiguous so that SDPA reads each block's (heads, N, N) mask in place
-        bias = rearrange(table[:, index.flatten()], "l (i j) heads -> l heads i j", i=n).contiguous()
-        p = self.num_prefix_tokens
-        return F.pad(bias, [p, 0, p, 0]) if p else bias
+        bias = rearrange(table[:, index.flatten()], "l (i j) heads -> l heads i j", i=n)
+        return add_prefix_bias(bias, self.prefix_bias, self.num_prefix_tokens).contiguous()
 
     def attention(self, grid: Grid, device=None) -> list[AttnPos]:
-        bias = self.cached(("bias", tuple(grid), self.table.device), lambda: self.bias(grid), self.table)
+        params = [p for p in (self.table, self.prefix_bias) if p is not None]
+        bias = self.cached(("bias", tuple(grid), self.table.device), lambda: self.bias(grid), *params)
         return [AttnPos(bias=b) for b in bias.unbind(0)]

@@ -13,9 +13,11 @@ Methods for a grid other than the training one (s = new size / trained size, per
 * ``interpolate``: position interpolation, y -> y / s_y, x -> x / s_x;
 * ``ntk``: NTK-aware base scaling per axis, theta -> theta * s^(d'/(d'-2)), d' = d/2 the
   rotary width of one axis (only when s > 1);
-* ``yarn``: per-frequency blend between interpolation and extrapolation by how many
-  wavelengths fit in the trained length (YaRN's ramp with ``yarn_alpha``/``yarn_beta``),
-  plus its attention temperature 0.1 ln(s) + 1 on the logits, s the larger axis factor.
+* ``yarn``: per-frequency blend between interpolation and extrapolation (YaRN), with a ramp
+  derived for grid axes (:func:`yarn_ramp`): pairs that turned through a full circle over the
+  trained offsets keep their frequency, pairs that turned through half a circle or less are
+  interpolated; plus YaRN's attention temperature, logits x (0.1 ln(s) + 1)^2, with s the larger
+  axis factor (``yarn_temperature="axis"``) or the token-count ratio (``"tokens"``).
 """
 
 from __future__ import annotations
@@ -36,10 +38,39 @@ def axial_frequencies(head_dim: int, theta: float) -> Tensor:
     return theta ** (-4.0 * k / head_dim)
 
 
-def yarn_ramp(freqs: Tensor, train_len: int, alpha: float, beta: float) -> Tensor:
-    """gamma in [0, 1] per frequency: 1 keeps (extrapolates) it, 0 interpolates it fully."""
-    turns = train_len * freqs / (2 * math.pi)  # wavelengths that fit in the trained length
+# YaRN's ramp ends for grid axes, in full turns over the trained offsets (see yarn_ramp).
+YARN_ALPHA, YARN_BETA = 0.5, 1.0
+YARN_TEMPERATURES = ("axis", "tokens")
+
+
+def yarn_ramp(freqs: Tensor, train_len: int, alpha: float = YARN_ALPHA, beta: float = YARN_BETA) -> Tensor:
+    """gamma in [0, 1] per frequency: 1 keeps (extrapolates) it, 0 interpolates it fully.
+
+    Logits depend on offsets, and an axis of L tokens trains offsets -(L-1)..L-1, over which a pair of
+    frequency f turns through T = 2 (L-1) f / 2 pi full circles. With T >= 1 the pair has met every
+    angle it can take, so longer offsets bring it nothing new: it keeps its frequency (``beta`` = 1).
+    With T <= 1/2 (``alpha``) it would meet angles it never saw: it is interpolated; linear between.
+    YaRN's language-model ends (alpha 1, beta 32 wavelengths per context) assume thousands of tokens: on
+    an 8-token axis with theta = 100 they interpolate every pair.
+    """
+    turns = (train_len - 1) * freqs / math.pi
     return ((turns - alpha) / (beta - alpha)).clamp(0.0, 1.0)
+
+
+def yarn_temperature(grid: Grid, train_grid: Grid, mode: str) -> float:
+    """YaRN's logit factor (0.1 ln(s) + 1)^2 for s > 1 (else 1); s per ``mode`` (see the module docstring)."""
+    s_y, s_x = grid[0] / train_grid[0], grid[1] / train_grid[1]
+    s = max(s_y, s_x) if mode == "axis" else s_y * s_x
+    return (0.1 * math.log(s) + 1.0) ** 2 if s > 1 else 1.0
+
+
+def check_yarn_options(alpha: float, beta: float, temperature: str) -> str:
+    """Validate YaRN's options (ValueError in one line); returns the temperature mode."""
+    if not alpha < beta:
+        raise ValueError(f"yarn_alpha ({alpha}) must be below yarn_beta ({beta})")
+    if temperature not in YARN_TEMPERATURES:
+        raise ValueError(f"yarn_temperature must be one of {', '.join(YARN_TEMPERATURES)}, got '{temperature}'")
+    return temperature
 
 
 def rope_rotation(angles: Tensor, num_prefix_tokens: int = 0) -> Tensor:
@@ -64,6 +95,7 @@ def transfer_frequencies(
     head_dim: int,
     yarn_alpha: float,
     yarn_beta: float,
+    yarn_temperature_mode: str = "axis",
 ) -> tuple[Tensor, Tensor, float]:
     """Frequency components along rows (fy) and columns (fx) for ``grid`` under ``method``, and the logit scale.
 
@@ -94,8 +126,7 @@ def transfer_frequencies(
             g = yarn_ramp(magnitude, train_len, yarn_alpha, yarn_beta)
             return (1 - g) * f / s + g * f
 
-        s = max(s_y, s_x)
-        scale = (0.1 * math.log(s) + 1.0) ** 2 if s > 1 else 1.0
+        scale = yarn_temperature(grid, train_grid, yarn_temperature_mode)
         return yarn(fy, s_y, train_grid[0]), yarn(fx, s_x, train_grid[1]), scale
     return fy, fx, 1.0  # extrapolate
 
@@ -105,9 +136,13 @@ class Rope2dPos(PosScheme):
 
     methods = ("extrapolate", "interpolate", "ntk", "yarn")
 
-    def __init__(self, *, theta: float = 100.0, yarn_alpha: float = 1.0, yarn_beta: float = 32.0, **kw):
+    def __init__(
+        self, *, theta: float = 100.0, yarn_alpha: float = YARN_ALPHA, yarn_beta: float = YARN_BETA,
+        yarn_temperature: str = "axis", **kw,
+    ):  # fmt: skip
         super().__init__(**kw)
         self.theta, self.yarn_alpha, self.yarn_beta = theta, yarn_alpha, yarn_beta
+        self.yarn_temperature = check_yarn_options(yarn_alpha, yarn_beta, yarn_temperature)
         axial_frequencies(self.head_dim, theta)  # validate head dim early
 
     def axis_frequencies(self, grid: Grid) -> tuple[Tensor, Tensor, float]:
@@ -116,7 +151,7 @@ class Rope2dPos(PosScheme):
         exponent = 4.0 * torch.arange(len(f), dtype=torch.float64) / self.head_dim
         return transfer_frequencies(
             self.method, f, f, grid, self.train_grid, exponent=exponent, magnitude=f, head_dim=self.head_dim,
-            yarn_alpha=self.yarn_alpha, yarn_beta=self.yarn_beta,
+            yarn_alpha=self.yarn_alpha, yarn_beta=self.yarn_beta, yarn_temperature_mode=self.yarn_temperature,
         )  # fmt: skip
 
     def angles(self, grid: Grid) -> tuple[Tensor, float]:

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from .base import AttnPos, Grid, PosScheme, grid_coords
-from .rope2d import axial_frequencies, rope_rotation, transfer_frequencies
+from .rope2d import YARN_ALPHA, YARN_BETA, axial_frequencies, check_yarn_options, rope_rotation, transfer_frequencies
 
 
 def init_mixed_frequencies(depth: int, num_heads: int, head_dim: int, theta: float = 10.0) -> Tensor:
@@ -45,9 +45,13 @@ class Rope2dMixedPos(PosScheme):
 
     methods = ("extrapolate", "interpolate", "ntk", "yarn")
 
-    def __init__(self, *, theta: float = 10.0, yarn_alpha: float = 1.0, yarn_beta: float = 32.0, **kw):
+    def __init__(
+        self, *, theta: float = 10.0, yarn_alpha: float = YARN_ALPHA, yarn_beta: float = YARN_BETA,
+        yarn_temperature: str = "axis", **kw,
+    ):  # fmt: skip
         super().__init__(**kw)
         self.theta, self.yarn_alpha, self.yarn_beta = theta, yarn_alpha, yarn_beta
+        self.yarn_temperature = check_yarn_options(yarn_alpha, yarn_beta, yarn_temperature)
         self.freqs = nn.Parameter(init_mixed_frequencies(self.depth, self.num_heads, self.head_dim, theta))
         quarter = self.head_dim // 4
         # 4k/d of each pair on the init ladder (both halves share it), for NTK scaling
@@ -60,6 +64,7 @@ class Rope2dMixedPos(PosScheme):
         fy, fx, scale = transfer_frequencies(
             self.method, fy, fx, grid, self.train_grid, exponent=self.exponent, magnitude=torch.hypot(fx, fy),
             head_dim=self.head_dim, yarn_alpha=self.yarn_alpha, yarn_beta=self.yarn_beta,
+            yarn_temperature_mode=self.yarn_temperature,
         )  # fmt: skip
         return torch.stack([fx, fy], dim=-1), scale
 

@@ -1,0 +1,101 @@
+"""What the benchmarks share: running vitpos's own commands, reusing finished runs, and statistics.
+
+Benchmarks measure and write JSON; ``benchmarks/render.py`` turns that JSON into docs/*.md and plots.
+Nothing in vitpos/ imports this folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def env() -> dict[str, str]:
+    """The environment for a vitpos subprocess: this checkout first on the path, no inherited run folder."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), e.get("PYTHONPATH")]))
+    e.pop("VITPOS_RUN_OUT", None)
+    return e
+
+
+def run(cmd: list[str]) -> None:
+    print("+", shlex.join(cmd), flush=True)
+    subprocess.run(cmd, cwd=ROOT, env=env(), check=True)
+
+
+def machine() -> dict[str, str | int]:
+    """Where a measurement was made: stored beside it, printed under every table."""
+    import torch
+
+    cpu = platform.processor() or "unknown"
+    info = Path("/proc/cpuinfo")
+    for line in info.read_text().splitlines() if info.exists() else []:
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    return {"date": time.strftime("%Y-%m-%d"), "cpu": cpu, "cores": len(os.sched_getaffinity(0)),
+            "torch": torch.__version__}  # fmt: skip
+
+
+def command(script: str, argv: list[str]) -> str:
+    return shlex.join(["python", f"benchmarks/{script}", *argv])
+
+
+def train_run(run_dir: Path, flags: list[str], retrain: bool = False) -> dict:
+    """``python train.py FLAGS --out RUN_DIR`` unless RUN_DIR already holds a finished run; its results.json."""
+    if retrain or not (run_dir / "results.json").is_file():
+        run([sys.executable, "train.py", *flags, "--out", str(run_dir), *(["--overwrite"] if run_dir.exists() else [])])
+    else:
+        print(f"reusing the finished run in {run_dir}", flush=True)
+    return json.loads((run_dir / "results.json").read_text())
+
+
+def finished_sweep(cmd: list[str], ckpts: list[str], sweep_dir: Path) -> bool:
+    """Whether ``sweep_dir`` holds a finished sweep that ``cmd`` made after every checkpoint was last written.
+
+    The manifest names the command, not the vitpos version: after a change that alters evaluation, delete the
+    sweep folder to sweep again.
+    """
+    done, manifest = sweep_dir / "resolution.json", sweep_dir / "command.json"
+    return (
+        done.is_file()
+        and manifest.is_file()
+        and json.loads(manifest.read_text()) == cmd
+        and all(Path(c).stat().st_mtime < done.stat().st_mtime for c in ckpts)
+    )
+
+
+def record_sweep(cmd: list[str], sweep_dir: Path) -> None:
+    """Write the manifest that lets ``finished_sweep`` recognise this sweep."""
+    (sweep_dir / "command.json").write_text(json.dumps(cmd) + "\n")
+
+
+# Student-t 0.975 quantiles for n - 1 degrees of freedom (n = 2..10): a 95 % interval of the mean.
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def mean_ci(values: list[float]) -> tuple[float, float, float]:
+    """(mean, low, high): the mean and its 95 % t-interval over seeds; low = high = nan for one value."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, math.nan, math.nan
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = T975[n - 1] * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def separated(a: list[float], b: list[float]) -> bool:
+    """Whether the 95 % intervals of two means do not overlap (each needs >= 2 seeds): only then 'A beats B'."""
+    (_, alo, ahi), (_, blo, bhi) = mean_ci(a), mean_ci(b)
+    return not any(math.isnan(v) for v in (alo, ahi, blo, bhi)) and (alo > bhi or blo > ahi)

@@ -1,0 +1,241 @@
+"""Render docs/*.md and plots from the benchmarks' JSON (nothing is measured here).
+
+    python benchmarks/render.py        # docs/results.md from docs/results.json, docs/resolution.md (+ .png)
+                                       # from docs/resolution.json; each page names the commands that made it
+
+Every number on a page comes from the JSON beside it; every comparison sentence is computed: "A beats B" is
+written only where the 95 % intervals over seeds do not overlap.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import yaml
+from common import ROOT, mean_ci, separated  # noqa: E402  (benchmarks/ is on sys.path as a script)
+
+DOCS = ROOT / "docs"
+CHANCE, BAG_CEILING = 0.125, 0.25
+
+
+def pct(v: float) -> str:
+    return "–" if v is None or math.isnan(v) else f"{100 * v:.1f}"
+
+
+def interval(values: list[float]) -> str:
+    """'mean [low, high] (n)' in percent; one value: 'value (1)'."""
+    mean, lo, hi = mean_ci(values)
+    return f"{pct(mean)} ({len(values)})" if len(values) < 2 else f"{pct(mean)} [{pct(lo)}, {pct(hi)}] ({len(values)})"
+
+
+def label(pos: str, stem: str) -> str:
+    return f"`{pos}`" + (" (conv stem)" if stem == "conv" else "")
+
+
+def machine_line(m: dict) -> str:
+    return f"{m['date']}, {m['cpu']}, {m['cores']} cores, torch {m['torch']}, fp32 on the CPU"
+
+
+def anchors() -> dict:
+    return yaml.safe_load((DOCS / "anchors.yaml").read_text())
+
+
+# -- results.md ------------------------------------------------------------------------------------
+def render_results(data: dict) -> str:
+    b, runs = data["budget"], data["runs"]
+    default = b["default_pos_lr_scale"]
+    by = defaultdict(list)  # (pos, stem, scale) -> runs
+    for r in runs:
+        by[r["pos"], r["stem"], r["pos_lr_scale"]].append(r)
+    order = list(dict.fromkeys((r["pos"], r["stem"]) for r in runs))
+    head = [
+        "# Every scheme on the embedded `shapes` set, default budget",
+        "",
+        f"Made by `{data['command']}` and `python benchmarks/render.py` ({machine_line(data['machine'])}).",
+        "",
+        f"Budget: `python train.py --pos P --seed K` with nothing else: ViT {b['embed_dim']} wide, "
+        f"{b['depth']} blocks, {b['num_heads']} heads, patch {b['patch_size']} at {b['img_size']} px, "
+        f"{b['train_size']} generated training images, {b['epochs']} epochs, batch {b['batch_size']}, "
+        f"AdamW lr {b['lr']:g}, position parameters at "
+        f"lr x {default:g} (`--pos-lr-scale`). Val and test: {b['val_size']} and {b['test_size']} images. Chance is "
+        f"{pct(CHANCE)} %; a model blind to patch order can reach at most {pct(BAG_CEILING)} % (the reference shape, "
+        "not the relation).",
+        "",
+        "Cells: mean test top-1 in % over seeds, [95 % t-interval], (seeds). Train time: wall time of `Trainer.fit` "
+        "(training and per-epoch validation) with one thread per run and two runs sharing the machine.",
+        "",
+        "| scheme | test top-1 | best val top-1 | train time |",
+        "|---|---|---|---|",
+    ]
+    for pos, stem in order:
+        rs = by.get((pos, stem, default)) or []
+        if rs:
+            secs = sum(r["train_seconds"] for r in rs) / len(rs)
+            head.append(f"| {label(pos, stem)} | {interval([r['test_top1'] for r in rs])} | "
+                        f"{interval([r['best_val_top1'] for r in rs])} | {secs:.0f} s |")  # fmt: skip
+    lines = head + ["", "## The position learning-rate rule", ""]
+    lines.append(
+        f"The position scheme's own parameters train at lr x `pos_lr_scale` (default {default:g}), the same rule "
+        "for every scheme. Under Adam a parameter moves at most about the summed learning rate, ~0.3 over the "
+        "default schedule, while a table that starts at std .02 must grow to the scale of the tokens. Rule off "
+        "(scale 1) against the default, test top-1; schemes without position parameters "
+        f"({', '.join(label(p, s) for p, s in order if not any(r['pos_params'] for r in by.get((p, s, default), [])))}"
+        ") train identically at every scale."
+    )
+    lines += ["", f"| scheme | scale 1 | scale {default:g} |", "|---|---|---|"]
+    for pos, stem in order:
+        off = by.get((pos, stem, 1.0))
+        on = by.get((pos, stem, default))
+        if off and on and on[0]["pos_params"]:
+            lines.append(f"| {label(pos, stem)} | {interval([r['test_top1'] for r in off])} | "
+                         f"{interval([r['test_top1'] for r in on])} |")  # fmt: skip
+    scales = sorted({r["pos_lr_scale"] for r in runs})
+    swept = [(p, s) for p, s in order if sum(1 for sc in scales if by.get((p, s, sc))) > 2]
+    if swept:
+        header = "| scheme | " + " | ".join(f"x {sc:g}" for sc in scales) + " |"
+        lines += ["", "The scales measured to choose the default (test top-1, seed 0):", "", header,
+                  "|---|" + "---|" * len(scales)]  # fmt: skip
+        for pos, stem in swept:
+            cells = [next((pct(r["test_top1"]) for r in by.get((pos, stem, sc), []) if r["seed"] == 0), "–")
+                     for sc in scales]  # fmt: skip
+            lines.append(f"| {label(pos, stem)} | " + " | ".join(cells) + " |")
+    lines += ["", "## What the intervals allow", ""]
+    bag = by.get(("none", "patch", default))
+    if bag:
+        m = mean_ci([r["test_top1"] for r in bag])[0]
+        lines.append(f"- `none` with the patch stem (exactly blind to patch order) scores {pct(m)} %, against the "
+                     f"{pct(BAG_CEILING)} % a bag of patches can reach.")  # fmt: skip
+    scored = {k: [r["test_top1"] for r in v] for k, v in by.items() if k[2] == default and len(v) >= 2}
+    keys = sorted(scored, key=lambda k: -mean_ci(scored[k])[0])
+    for i, a in enumerate(keys):
+        beaten = [label(b[0], b[1]) for b in keys[i + 1 :] if separated(scored[a], scored[b])]
+        tied = [label(b[0], b[1]) for b in keys[i + 1 :] if not separated(scored[a], scored[b])]
+        if beaten:
+            lines.append(f"- {label(a[0], a[1])} beats {', '.join(beaten)}"
+                         + (f"; not separated from {', '.join(tied)}" if tied else "") + ".")  # fmt: skip
+        elif tied:
+            lines.append(f"- {label(a[0], a[1])} is not separated from {', '.join(tied)}.")
+    ref = anchors()["small_data_cifar"]
+    lines += ["", f"Published, for orientation ({ref['source']}): {ref['setting']}. CIFAR-10 top-1: "
+              + ", ".join(f"{k} {v}" for k, v in ref["cifar10"].items()) + ". Relative bias is not a weak scheme when "
+              "it gets to learn."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+# -- resolution.md ------------------------------------------------------------------------------------
+def _res_key(rec: dict) -> tuple[int, int]:
+    return rec["height"], rec["width"]
+
+
+def render_resolution(data: dict, png: Path) -> str:
+    recs, train = data["records"], data["train_resolution"]
+    cells = defaultdict(list)  # (scheme, stem, method, (h, w)) -> top-1 per seed
+    for r in recs:
+        cells[r["scheme"], r["stem"], r["method"], _res_key(r)].append(r["top1"])
+    grids = sorted({_res_key(r) for r in recs}, key=lambda hw: (hw[0] * hw[1], hw))
+    rows = list(dict.fromkeys((r["scheme"], r["stem"], r["method"], r["default_method"]) for r in recs))
+    lines = [
+        "# Resolution transfer on `shapes`",
+        "",
+        f"Made by `{data['command']}` and `python benchmarks/render.py` ({machine_line(data['machine'])}), on the "
+        f"runs of docs/results.md (trained at {train} px). Test split, rendered natively at each resolution. "
+        "Cells: mean top-1 in % over seeds, [95 % t-interval], (seeds); the first method of each scheme is its "
+        "default.",
+        "",
+        "| scheme | method | " + " | ".join(f"{h}" if h == w else f"{h}x{w}" for h, w in grids) + " |",
+        "|---|---|" + "---|" * len(grids),
+    ]
+    for scheme, stem, method, is_default in rows:
+        vals = [
+            interval(cells[scheme, stem, method, g]) if cells.get((scheme, stem, method, g)) else "–" for g in grids
+        ]
+        name = method + (" (default)" if is_default else "")
+        lines.append(f"| {label(scheme, stem)} | {name} | " + " | ".join(vals) + " |")
+    lines += ["", "Where the methods of one scheme separate (95 % intervals over seeds):", ""]
+    for scheme, stem in dict.fromkeys((s, st) for s, st, _, _ in rows):
+        methods = [m for s, st, m, _ in rows if (s, st) == (scheme, stem)]
+        for g in grids:
+            best = max(methods, key=lambda m: mean_ci(cells.get((scheme, stem, m, g)) or [0.0])[0])
+            worse = [
+                m for m in methods if m != best and separated(cells[scheme, stem, best, g], cells[scheme, stem, m, g])
+            ]
+            if worse:
+                lines.append(
+                    f"- {label(scheme, stem)} at {g[0]}x{g[1]}: `{best}` beats {', '.join(f'`{m}`' for m in worse)}."
+                )
+    blend = data["yarn_blend"]
+    lines += ["", "## YaRN for image grids", "",
+              "Per rotary frequency of one axis (`rope2d`, theta 100, the default head width, "
+              f"{blend['train_len']} tokens trained per axis): gamma = 1 keeps the frequency, 0 interpolates it "
+              "(vitpos/pos/rope2d.py, `yarn_ramp`), and the frequency served at 1.5x and 2x the trained axis, "
+              "relative to the trained one.", "",
+              "| k | f_k | gamma | " + " | ".join(f"f'/f at {s}x" for s in blend["ratio"]) + " |",
+              "|---|---|---|" + "---|" * len(blend["ratio"])]  # fmt: skip
+    for k, (f, g) in enumerate(zip(blend["frequencies"], blend["gamma"], strict=True)):
+        lines.append(
+            f"| {k} | {f:.4f} | {g:.2f} | " + " | ".join(f"{v[k]:.3f}" for v in blend["ratio"].values()) + " |"
+        )
+    temp = data["yarn_temperature"]
+    if temp:
+        by = defaultdict(list)
+        for t in temp:
+            by[t["temperature"], t["resolution"]].append(t["top1"])
+        res = list(dict.fromkeys(t["resolution"] for t in temp))
+        lines += ["", "Attention temperature of `yarn` on the `rope2d` runs, the scale s taken from the larger axis "
+                  "(`yarn_temperature=axis`) or from the token-count ratio (`tokens`):", "",
+                  "| temperature | " + " | ".join(res) + " |", "|---|" + "---|" * len(res)]  # fmt: skip
+        for mode in ("axis", "tokens"):
+            lines.append(f"| {mode} | " + " | ".join(interval(by[mode, r]) for r in res) + " |")
+        for r in res:
+            a, t = by["axis", r], by["tokens", r]
+            if separated(a, t):
+                lines.append(f"- at {r}: `{'axis' if mean_ci(a)[0] > mean_ci(t)[0] else 'tokens'}` is better.")
+        if not any(separated(by["axis", r], by["tokens", r]) for r in res):
+            lines.append("- The two temperatures are not separated at any of these sizes.")
+    plot_resolution(cells, rows, grids, train, png)
+    lines += ["", f"![top-1 against resolution]({png.name})"]
+    return "\n".join(lines) + "\n"
+
+
+def plot_resolution(cells: dict, rows: list, grids: list, train: int, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    square = [g for g in grids if g[0] == g[1]]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    markers = "osD^v<>ph*"
+    for i, (scheme, stem, method, _) in enumerate(r for r in rows if r[3]):
+        pts = [(g[0], mean_ci(cells[scheme, stem, method, g])) for g in square if cells.get((scheme, stem, method, g))]
+        xs = [x for x, _ in pts]
+        ys = [100 * m for _, (m, _, _) in pts]
+        err = [[100 * (m - lo) if not math.isnan(lo) else 0 for _, (m, lo, _) in pts],
+               [100 * (hi - m) if not math.isnan(hi) else 0 for _, (m, _, hi) in pts]]  # fmt: skip
+        ax.errorbar(xs, ys, yerr=err, marker=markers[i % len(markers)], linestyle="-" if i < 6 else "--",
+                    capsize=3, label=f"{scheme}{' (conv)' if stem == 'conv' else ''}: {method}")  # fmt: skip
+    ax.axhline(100 * CHANCE, color="grey", linestyle=":", label="chance")
+    ax.axvline(train, color="black", linewidth=0.8, label=f"trained at {train} px")
+    ax.set(xlabel="test resolution (px)", ylabel="test top-1 (%)", ylim=(0, 100), xticks=[g[0] for g in square])
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def main() -> int:
+    if (DOCS / "results.json").is_file():
+        (DOCS / "results.md").write_text(render_results(json.loads((DOCS / "results.json").read_text())))
+        print("wrote docs/results.md")
+    if (DOCS / "resolution.json").is_file():
+        md = render_resolution(json.loads((DOCS / "resolution.json").read_text()), DOCS / "resolution.png")
+        (DOCS / "resolution.md").write_text(md)
+        print("wrote docs/resolution.md, docs/resolution.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
