@@ -8,15 +8,23 @@ Methods for a new grid (h, w):
 
 * ``resize``: the table, seen as (heads, 2H-1, 2W-1), is resized bicubically to
   (2h-1, 2w-1), as Swin does when fine-tuning at a larger window;
-* ``clamp``: offsets beyond the trained range are clamped to it (the table is unchanged).
+* ``clamp``: offsets beyond the trained range are clamped to it (the table is unchanged);
+* ``geometric``: BEiT's fine-tuning rule, timm's ``resize_rel_pos_bias_table``: the trained offsets are
+  spread over the new range by a geometric progression and the table interpolated between them.
+
+With prefix (class) tokens, ``prefix_bias`` (depth, heads, 3) holds each head's learned logit bias for
+prefix query -> patch key, patch query -> prefix key and prefix -> prefix (BEiT's three extra table
+entries); it starts at zero and no grid changes it.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 from einops import rearrange
-from timm.layers import trunc_normal_
+from timm.layers import resize_rel_pos_bias_table, trunc_normal_
 from torch import Tensor, nn
 
 from .base import AttnPos, Grid, PosScheme, grid_coords
@@ -37,28 +45,67 @@ def relative_position_index(grid: Grid, table_grid: Grid | None = None, clamp: b
     return (dy + big_h - 1) * (2 * big_w - 1) + (dx + big_w - 1)
 
 
+def with_prefix_bias(bias: Tensor, prefix_bias: Tensor, num_prefix_tokens: int) -> Tensor:
+    """(depth, heads, N, N) patch bias -> (depth, heads, P+N, P+N) with the prefix rows and columns filled
+    from ``prefix_bias`` (depth, heads, 3): prefix -> patch, patch -> prefix, prefix -> prefix."""
+    depth, h, n, _ = bias.shape
+    p = num_prefix_tokens
+    pb = prefix_bias.to(bias.dtype)[..., None, None]  # (depth, heads, 3, 1, 1)
+    top = torch.cat([pb[:, :, 2].expand(depth, h, p, p), pb[:, :, 0].expand(depth, h, p, n)], dim=-1)
+    bottom = torch.cat([pb[:, :, 1].expand(depth, h, n, p), bias], dim=-1)
+    return torch.cat([top, bottom], dim=-2).contiguous()
+
+
 class RelBiasPos(PosScheme):
     """Per-block relative position bias tables, stored together as one (depth, T, heads) parameter."""
 
-    methods = ("resize", "clamp")
+    methods = ("resize", "clamp", "geometric")
 
     def __init__(self, *, init_std: float = 0.02, **kw):
         super().__init__(**kw)
         h, w = self.train_grid
         self.table = nn.Parameter(torch.zeros(self.depth, (2 * h - 1) * (2 * w - 1), self.num_heads))
         trunc_normal_(self.table, std=init_std)
+        if self.num_prefix_tokens:
+            self.prefix_bias = nn.Parameter(torch.zeros(self.depth, self.num_heads, 3))
 
     def table_for(self, grid: Grid) -> tuple[Tensor, Grid]:
         """The (depth, T, heads) table to index for ``grid`` and the grid it was built for."""
         if self.method == "clamp" or tuple(grid) == self.train_grid:
             return self.table, self.train_grid
         h, w = self.train_grid
+        size = (2 * grid[0] - 1, 2 * grid[1] - 1)
+        if self.method == "geometric":
+            with warnings.catch_warnings():  # timm's interpolator warns about its own indexing
+                warnings.simplefilter("ignore", UserWarning)
+                t = torch.stack([
+                    resize_rel_pos_bias_table(block.float(), new_window_size=tuple(grid),
+                                              new_bias_shape=(size[0] * size[1], self.num_heads),
+                                              old_window_size=self.train_grid)
+                    for block in self.table.unbind(0)
+                ])  # fmt: skip
+            return t.to(self.table.dtype), tuple(grid)
         t = rearrange(self.table, "l (y x) heads -> l heads y x", y=2 * h - 1)
-        t = F.interpolate(t.float(), size=(2 * grid[0] - 1, 2 * grid[1] - 1), mode="bicubic", align_corners=False)
+        t = F.interpolate(t.float(), size=size, mode="bicubic", align_corners=False)
         return rearrange(t, "l heads y x -> l (y x) heads").to(self.table.dtype), tuple(grid)
 
+    def carry_state(self, grid: Grid) -> dict[str, Tensor]:
+        with torch.no_grad():
+            if self.method == "clamp":  # the new table holds, per offset of the new range, the clamped entry
+                h, w = grid
+                dy, dx = torch.meshgrid(torch.arange(1 - h, h), torch.arange(1 - w, w), indexing="ij")
+                big_h, big_w = self.train_grid
+                dy, dx = dy.clamp(1 - big_h, big_h - 1), dx.clamp(1 - big_w, big_w - 1)
+                table = self.table[:, ((dy + big_h - 1) * (2 * big_w - 1) + dx + big_w - 1).flatten()]
+            else:
+                table = self.table_for(grid)[0]
+            state = {"table": table.detach().clone()}
+            if self.num_prefix_tokens:
+                state["prefix_bias"] = self.prefix_bias.detach().clone()
+            return state
+
     def bias(self, grid: Grid) -> Tensor:
-        """(depth, heads, P+N, P+N) bias for ``grid``; prefix rows and columns are zero."""
+        """(depth, heads, P+N, P+N) bias for ``grid``; prefix rows and columns from ``prefix_bias``."""
         table, table_grid = self.table_for(grid)
         index = self.cached(
             ("index", tuple(grid), table_grid, self.method, self.table.device),
@@ -67,9 +114,9 @@ class RelBiasPos(PosScheme):
         n = grid[0] * grid[1]
         # one gather for all blocks; contiguous so that SDPA reads each block's (heads, N, N) mask in place
         bias = rearrange(table[:, index.flatten()], "l (i j) heads -> l heads i j", i=n).contiguous()
-        p = self.num_prefix_tokens
-        return F.pad(bias, [p, 0, p, 0]) if p else bias
+        return with_prefix_bias(bias, self.prefix_bias, self.num_prefix_tokens) if self.num_prefix_tokens else bias
 
     def attention(self, grid: Grid, device=None) -> list[AttnPos]:
-        bias = self.cached(("bias", tuple(grid), self.table.device), lambda: self.bias(grid), self.table)
+        params = (self.table, self.prefix_bias) if self.num_prefix_tokens else (self.table,)
+        bias = self.cached(("bias", tuple(grid), self.table.device), lambda: self.bias(grid), *params)
         return [AttnPos(bias=b) for b in bias.unbind(0)]
