@@ -80,6 +80,9 @@ class DataConfig:
     # evaluation protocol
     crop_ratio: float = 1.0
     eval_resize: str = "crop"  # "crop": short side to R/crop_ratio then centre crop; "full": resize whole image
+    interpolation: str = "bicubic"  # of every resize: "bicubic", "bilinear" or "nearest"
+    mean: list[float] | None = None  # normalisation; None: the data set's own (pretrained weights bring theirs)
+    std: list[float] | None = None
 
 
 @dataclass
