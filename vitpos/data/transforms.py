@@ -73,9 +73,10 @@ class ResizeCover(torch.nn.Module):
         ih, iw = F.get_size(img)
         if h == w:  # the usual protocol: short side to floor(R / crop_ratio) (as timm's crop_pct)
             short = math.floor(h / self.crop_ratio)
-            scale = short / min(ih, iw)
-        else:
-            scale = max(h / ih, w / iw) / self.crop_ratio
+            if min(ih, iw) != short:  # torchvision's own rule for the long side, so the pixels equal timm's eval
+                img = F.resize(img, [short], interpolation=self.interpolation, antialias=True)
+            return F.center_crop(img, [h, w])
+        scale = max(h / ih, w / iw) / self.crop_ratio
         new = (max(h, round(ih * scale)), max(w, round(iw * scale)))
         if ih == iw:  # keep square images exactly square
             new = (max(new), max(new))
