@@ -103,6 +103,20 @@ def test_from_timm_same_logits_at_own_and_new_size(name, kw, scheme, method):
     assert all(e > DIFFERENT for m, e in errors.items() if m != method), errors  # the named method, no other
 
 
+def test_from_timm_eva_attention_with_qv_bias_and_rope():
+    """EVA's own attention (q/v bias only) under a rotation: the q bias is permuted with the q rows."""
+    from timm.models.eva import Eva
+
+    t = randomize(Eva(**SMALL, attn_type="eva", use_rot_pos_emb=True, rope_grid_indexing="ij", init_values=0.1,
+                      rope_temperature=100.0, dynamic_img_size=True)).eval()  # fmt: skip
+    v = from_timm(t)
+    assert v.blocks[0].attn.qv_bias and scheme_of(v) == "rope2d+learned"  # its table has a class entry: folded
+    x, x_new = torch.randn(2, 3, 32, 32), torch.randn(2, 3, *NEW)
+    with torch.no_grad():
+        assert rel_err(v(x), t(x)) <= EQUIV_RTOL
+        assert rel_err(v(x_new), t(x_new)) <= EQUIV_RTOL  # default method: extrapolate+bicubic
+
+
 @pytest.mark.parametrize("kw", [dict(rope_grid_indexing="ij"), dict(rope_rotate_half=True)], ids=["ij", "half"])
 def test_rope_layout_mapping_is_needed(kw, monkeypatch):
     """Negative control: without the q/k row permutation these layouts compute something else."""
@@ -147,11 +161,11 @@ TO_TIMM = [
 @pytest.mark.parametrize(("pos", "kw"), TO_TIMM, ids=[f"{p}-{i}" for i, (p, _) in enumerate(TO_TIMM)])
 def test_to_timm_round_trip(pos, kw, tiny):
     v = randomize(tiny(pos, **kw)).eval()
-    t = to_timm(v)
+    t = vitpos.to_timm(v)
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         assert rel_err(t(x), v(x)) <= EQUIV_RTOL
-        back = from_timm(t)
+        back = vitpos.from_timm(t)
         assert rel_err(back(x), v(x)) <= EQUIV_RTOL
     assert back.pos.method == v.pos.method and type(back.pos) is type(v.pos)
     ours, again = v.state_dict(), back.state_dict()

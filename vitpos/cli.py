@@ -191,6 +191,8 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"{flag} must be a positive integer, got {v!r}")
     if not o.lr > 0:
         raise ConfigError(f"--lr must be positive, got {o.lr}")
+    if m.qkv_bias not in ("qkv", "qv", "none"):
+        raise ConfigError(f"qkv_bias must be one of qkv, qv, none, got {m.qkv_bias!r}")
     if m.embed_dim % m.num_heads:
         raise ConfigError(f"--embed-dim {m.embed_dim} is not divisible by --num-heads {m.num_heads}")
     for flag, values in (("--img-size", [m.img_size]), ("--train-resolutions", t.train_resolutions),
