@@ -194,6 +194,25 @@ def test_relbias_prefix_bias_fills_class_rows_and_columns_in_order(tiny):
     assert (bias[:, :, 0, 0] == 3).all()  # prefix -> prefix
 
 
+def test_checkpoint_from_before_prefix_bias_still_loads(tmp_path):
+    """relbias with a class token once had fixed zero class rows; such a checkpoint loads and computes the same."""
+    from vitpos.config import Config
+    from vitpos.lit import model_from_config
+
+    cfg = Config()
+    cfg.model.pos, cfg.model.class_token, cfg.model.num_classes = "relbias", True, 5
+    cfg.model.embed_dim, cfg.model.depth, cfg.model.num_heads = 32, 2, 4
+    m = randomize(model_from_config(cfg)).eval()
+    with torch.no_grad():
+        m.pos.prefix_bias.zero_()
+    old = {f"model.{k}": v for k, v in m.state_dict().items() if not k.endswith("prefix_bias")}
+    ckpt = {"state_dict": old, "hyper_parameters": {"config": cfg.to_dict()}, "vitpos_format": 2}
+    torch.save(ckpt, tmp_path / "old.ckpt")
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(vitpos.load_model(tmp_path / "old.ckpt")(x), m(x), rtol=0, atol=0)
+
+
 def carried_as(part: str, method: str) -> str | None:
     """The method of the original a part's carried state reproduces at the new grid (None: it cannot).
 

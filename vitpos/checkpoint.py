@@ -110,6 +110,11 @@ def model_from_checkpoint(path: str | Path):
     cfg = config_from_checkpoint(ckpt)
     model = model_from_config(cfg)
     state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    # relbias gave class-token rows and columns a fixed zero before it learned them (prefix_bias, zero-init):
+    # a checkpoint without them keeps the zeros and computes what it did
+    for name, param in model.state_dict().items():
+        if name.endswith("prefix_bias") and name not in state:
+            state[name] = torch.zeros_like(param)
     model.load_state_dict(state)
     return cfg, model.eval()
 
