@@ -140,6 +140,8 @@ def test_from_timm_refuses_what_it_cannot_express():
         from_timm(timm.create_model("test_vit2"))
     with pytest.raises(ConfigError, match="not supported"):
         from_timm(timm.create_model("test_resnet"))
+    with pytest.raises(ConfigError, match="without bias"):
+        from_timm(timm.create_model("vit_tiny_patch16_224", pretrained=False, **SMALL, proj_bias=False))
     with pytest.raises(ConfigError, match="MLP"):
         from_timm(timm.create_model("eva02_tiny_patch14_224", pretrained=False, img_size=28, depth=1))
 

@@ -117,6 +117,8 @@ def _check_common(model: nn.Module) -> None:
                 raise _refuse(model, f"attention {name}")
         if getattr(attn, "gate", None) is not None or getattr(attn, "qkv", None) is None:
             raise _refuse(model, "gated or unfused qkv attention")
+        if any(lin.bias is None for lin in (attn.proj, mlp.fc1, mlp.fc2)):
+            raise _refuse(model, "projections without bias")
 
 
 def _base_kwargs(model: nn.Module) -> dict[str, Any]:
