@@ -446,7 +446,7 @@ def test_composition_method_names_round_trip(tiny):
     scale = m.pos.attention((16, 16))[0].logit_scale
     assert scale == pytest.approx((0.1 * math.log(2) + 1) ** 2)  # rope2d's temperature comes through
     r = tiny("relbias+peg")
-    assert r.pos.methods == ("resize+conv", "clamp+conv")
+    assert r.pos.methods == ("resize+conv", "clamp+conv", "geometric+conv")
 
 
 def test_relbias_plus_peg_combines_bias_and_after_block(tiny):

@@ -15,4 +15,19 @@ def load_model(path) -> ViT:
     return _load(path)
 
 
-__all__ = ["POS_REGISTRY", "POS_SCHEMES", "STEMS", "ViT", "create_model", "load_model", "__version__"]
+def from_timm(model) -> ViT:
+    """The vitpos ViT (eval mode) computing the same logits as a timm ViT / DeiT / RoPE-ViT (Eva) / BEiT instance."""
+    from .interop import from_timm as _from_timm
+
+    return _from_timm(model)
+
+
+def to_timm(vit: ViT):
+    """The timm model (eval mode) computing the same logits as ``vit`` (learned, none, rope, relbias schemes)."""
+    from .interop import to_timm as _to_timm
+
+    return _to_timm(vit)
+
+
+__all__ = ["POS_REGISTRY", "POS_SCHEMES", "STEMS", "ViT", "create_model", "from_timm", "load_model", "to_timm",
+           "__version__"]  # fmt: skip

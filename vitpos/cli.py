@@ -57,6 +57,8 @@ FLAG_FIELDS: dict[str, tuple[str, str]] = {
     "ckpt_every_n_steps": ("trainer", "ckpt_every_n_steps"),
     "eval_resolutions": ("trainer", "eval_resolutions"),
     "train_resolutions": ("trainer", "train_resolutions"),
+    "init_from": ("model", "init_from"),
+    "init_arch": ("model", "init_arch"),
 }
 
 
@@ -86,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--class-token", action=argparse.BooleanOptionalAction)
     g.add_argument("--drop-path", type=float, help="stochastic depth rate")
     g.add_argument("--pos-kwarg", action="append", metavar="KEY=VALUE", help="scheme option, e.g. theta=100")
+    g.add_argument(
+        "--init-from",
+        metavar="SPEC",
+        help="start from pretrained weights: timm:NAME (downloads), a vitpos checkpoint, or a weights file",
+    )
+    g.add_argument("--init-arch", metavar="NAME", help="timm architecture of the --init-from weights file")
     g = p.add_argument_group("data")
     g.add_argument("--data", help="data set name (default: shapes, embedded)")
     g.add_argument("--data-dir", help="where the data set's files are")
@@ -187,6 +195,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"--lr must be positive, got {o.lr}")
     if not (isinstance(o.pos_lr_scale, int | float) and 0 < o.pos_lr_scale < float("inf")):
         raise ConfigError(f"--pos-lr-scale must be a positive number, got {o.pos_lr_scale!r}")
+    if m.qkv_bias not in ("qkv", "qv", "none"):
+        raise ConfigError(f"qkv_bias must be one of qkv, qv, none, got {m.qkv_bias!r}")
     if m.embed_dim % m.num_heads:
         raise ConfigError(f"--embed-dim {m.embed_dim} is not divisible by --num-heads {m.num_heads}")
     for flag, values in (("--img-size", [m.img_size]), ("--train-resolutions", t.train_resolutions),

@@ -44,6 +44,14 @@ class ModelConfig:
     drop_path_rate: float = 0.0
     layer_scale_init: float | None = None
     pos_kwargs: dict[str, Any] = field(default_factory=dict)  # scheme-specific, e.g. {"theta": 100}
+    # options pretrained families need (vitpos.interop): the final norm after pooling, qkv bias on
+    # "qkv" / "qv" (BEiT) / "none", LayerNorm epsilon (timm's ViTs use 1e-6)
+    fc_norm: bool = False
+    qkv_bias: str = "qkv"
+    norm_eps: float = 1e-5
+    # start from pretrained weights: "timm:NAME", a vitpos checkpoint, or a weights file with init_arch
+    init_from: str | None = None
+    init_arch: str | None = None
 
 
 @dataclass
@@ -72,6 +80,9 @@ class DataConfig:
     # evaluation protocol
     crop_ratio: float = 1.0
     eval_resize: str = "crop"  # "crop": short side to R/crop_ratio then centre crop; "full": resize whole image
+    interpolation: str = "bicubic"  # of every resize: "bicubic", "bilinear" or "nearest"
+    mean: list[float] | None = None  # normalisation; None: the data set's own (pretrained weights bring theirs)
+    std: list[float] | None = None
 
 
 @dataclass

@@ -82,6 +82,9 @@ class EvalData:
     num_workers: int | None = None
     split: str = "val"
     limit: int | None = None  # only the first `limit` images of the split (quick checks)
+    mean: list[float] | None = None
+    std: list[float] | None = None
+    interpolation: str | None = None
 
 
 # -- distributed counting -------------------------------------------------------------------------
@@ -187,7 +190,8 @@ def _eval_config(cfg: Config, data: EvalData) -> Config:
         d.name, d.data_dir = data.name, None
     for field, value in (("data_dir", data.data_dir), ("crop_ratio", data.crop_ratio),
                          ("eval_resize", data.eval_resize), ("batch_size", data.batch_size),
-                         ("num_workers", data.num_workers)):  # fmt: skip
+                         ("num_workers", data.num_workers), ("mean", data.mean), ("std", data.std),
+                         ("interpolation", data.interpolation)):  # fmt: skip
         if value is not None:
             setattr(d, field, value)
     return cfg
@@ -201,19 +205,55 @@ class _Plan:
     methods: list[str]
 
 
+def pretrained_config(pre: Any) -> Config:
+    """The Config a pretrained model (:class:`vitpos.pretrained.Pretrained`) is evaluated under: its
+    architecture at its own size, and its own preprocessing (timm's data config: mean/std, crop_pct,
+    interpolation, crop mode) where it has one."""
+    cfg = Config()
+    for k, v in pre.arch.items():
+        setattr(cfg.model, k, v)
+    cfg.model.img_size, cfg.model.num_classes = pre.img_size, pre.model.head.out_features
+    cfg.data.name = ""  # no data set of its own: --data names it
+    dc = pre.data_config
+    if dc:
+        cfg.data.mean, cfg.data.std = list(dc["mean"]), list(dc["std"])
+        cfg.data.crop_ratio = float(dc.get("crop_pct", 1.0))
+        cfg.data.eval_resize = "full" if dc.get("crop_mode") == "squash" else "crop"
+        if dc.get("interpolation") in ("bicubic", "bilinear", "nearest"):
+            cfg.data.interpolation = dc["interpolation"]
+    return cfg
+
+
+def _load(source: str | Path, init_arch: str | None) -> tuple[Config, ViT]:
+    """(config, model) of a vitpos checkpoint, or of an ``--init-from`` SPEC that is not one."""
+    from .checkpoint import model_from_checkpoint
+    from .pretrained import WEIGHT_SUFFIXES, load_pretrained
+
+    text = str(source)
+    if not text.startswith("timm:") and init_arch is None and Path(text).suffix not in WEIGHT_SUFFIXES:
+        return model_from_checkpoint(source)
+    pre = load_pretrained(text, init_arch)
+    return pretrained_config(pre), pre.model
+
+
 def _plan(
-    ckpt_paths: Sequence[str | Path], resolutions: Sequence[Resolution], methods: Sequence[str] | None
+    ckpt_paths: Sequence[str | Path],
+    resolutions: Sequence[Resolution],
+    methods: Sequence[str] | None,
+    init_from: Sequence[str] = (),
+    init_arch: str | None = None,
 ) -> list[_Plan]:
-    """Load every checkpoint and check every input before anything is evaluated."""
+    """Load every checkpoint and pretrained model and check every input before anything is evaluated."""
     from .checkpoint import model_from_checkpoint
 
-    if not ckpt_paths:
-        raise ConfigError("no checkpoint given (--ckpt FILE ...)")
+    if not ckpt_paths and not init_from:
+        raise ConfigError("nothing to evaluate: give --ckpt FILE ... or --init-from SPEC ...")
     if not resolutions:
         raise ConfigError("no resolution given (--resolutions R ...)")
     plans = []
-    for p in ckpt_paths:
-        cfg, model = model_from_checkpoint(p)
+    sources = [(p, True) for p in ckpt_paths] + [(spec, False) for spec in init_from]
+    for p, is_ckpt in sources:
+        cfg, model = model_from_checkpoint(p) if is_ckpt else _load(p, init_arch)
         for r in resolutions:
             h, w = to_hw(r)
             if h % model.patch_size or w % model.patch_size:
@@ -245,20 +285,24 @@ def sweep(
     methods: Sequence[str] | None = None,
     data: EvalData | None = None,
     trainer_kwargs: dict[str, Any] | None = None,
+    init_from: Sequence[str] = (),
+    init_arch: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Evaluate every checkpoint x method x resolution; the records, the same on every rank."""
+    """Evaluate every checkpoint (and ``--init-from`` model) x method x resolution; the records, on every rank."""
     from .data import build_datamodule
 
     data = data or EvalData()
     res = [parse_resolution(r) for r in resolutions]
     res = list(dict.fromkeys(res))  # keep order, drop repeats
-    plans = _plan(ckpt_paths, res, methods)
+    plans = _plan(ckpt_paths, res, methods, init_from, init_arch)
     trainer = make_trainer(trainer_kwargs)
     records = []
     for plan in plans:
         if not plan.methods:
             continue
         cfg = _eval_config(plan.cfg, data)
+        if not cfg.data.name:
+            raise ConfigError(f"{plan.path} brings no data set: name one with --data (and --data-dir)")
         dm = build_datamodule(cfg.data, img_size=cfg.model.img_size, seed=cfg.trainer.seed)
         if (dm.num_classes, dm.in_chans) != (cfg.model.num_classes, cfg.model.in_chans):
             raise ConfigError(
@@ -448,12 +492,20 @@ def sweep_and_write(
     methods: Sequence[str] | None = None,
     data: EvalData | None = None,
     overwrite: bool = False,
+    init_from: Sequence[str] = (),
+    init_arch: str | None = None,
 ) -> list[dict[str, Any]]:
     """Sweep and write the reports (rank 0); returns the records on every rank."""
-    out = Path(out_dir) if out_dir is not None else default_out(ckpt_paths[0])
+    if out_dir is not None:
+        out = Path(out_dir)
+    elif ckpt_paths:
+        out = default_out(ckpt_paths[0])
+    else:  # a pretrained model has no run folder: runs/<its name>-resolution
+        out = Path("runs") / f"{re.sub(r'[^A-Za-z0-9._-]+', '-', Path(init_from[0]).stem)}-resolution"
     if _rank() == 0:
         check_out(out, overwrite)
-    records = sweep(ckpt_paths, resolutions, methods=methods, data=data, trainer_kwargs=trainer_kwargs)
+    records = sweep(ckpt_paths, resolutions, methods=methods, data=data, trainer_kwargs=trainer_kwargs,
+                    init_from=init_from, init_arch=init_arch)  # fmt: skip
     if _rank() == 0:
         write_results(records, out)
         _note(f"{len(records)} results in {out}/resolution.{{json,csv,md,png}}")
@@ -471,13 +523,28 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m vitpos.evaluate",
         description="Evaluate checkpoints at other resolutions with every resolution-transfer method of their scheme.",
     )
-    p.add_argument("--ckpt", nargs="+", required=True, metavar="FILE", help="checkpoint(s) to evaluate")
+    p.add_argument("--ckpt", nargs="+", default=[], metavar="FILE", help="checkpoint(s) to evaluate")
+    p.add_argument(
+        "--init-from",
+        nargs="+",
+        default=[],
+        metavar="SPEC",
+        help="pretrained model(s): timm:NAME (downloads), or a weights file with --init-arch",
+    )
+    p.add_argument("--init-arch", metavar="NAME", help="timm architecture of the --init-from weights file")
     p.add_argument("--resolutions", nargs="+", required=True, metavar="R", help="test resolutions: R or HxW")
     p.add_argument("--methods", nargs="+", help="transfer methods (default: every method each scheme offers)")
     p.add_argument("--data", "--data-name", dest="data", help="data set (default: the checkpoint's)")
     p.add_argument("--data-dir", help="where the data set's files are (default: the checkpoint's)")
     p.add_argument("--crop-ratio", type=float, help="eval crop ratio in (0, 1] (default: the checkpoint's)")
     p.add_argument("--resize", choices=["crop", "full"], help="eval resize protocol (default: the checkpoint's)")
+    p.add_argument(
+        "--interpolation",
+        choices=["bicubic", "bilinear", "nearest"],
+        help="resize interpolation (default: the checkpoint's, or the pretrained model's)",
+    )
+    p.add_argument("--mean", type=float, nargs="+", help="normalisation mean per channel (default: as trained)")
+    p.add_argument("--std", type=float, nargs="+", help="normalisation std per channel (default: as trained)")
     p.add_argument("--split", choices=["val", "test"], default="val")
     p.add_argument("--batch-size", type=int, help="per-device batch size (default: the checkpoint's)")
     p.add_argument("--num-workers", type=int)
@@ -512,13 +579,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.crop_ratio is not None and not 0 < args.crop_ratio <= 1:
             raise ConfigError(f"--crop-ratio must be in (0, 1], got {args.crop_ratio}")
         resolutions = [parse_resolution(r) for r in args.resolutions]
+        if (args.mean is None) != (args.std is None):
+            raise ConfigError("--mean and --std go together")
         data = EvalData(name=args.data, data_dir=args.data_dir, crop_ratio=args.crop_ratio, eval_resize=args.resize,
                         batch_size=args.batch_size, num_workers=args.num_workers, split=args.split,
-                        limit=args.limit)  # fmt: skip
+                        limit=args.limit, mean=args.mean, std=args.std,
+                        interpolation=args.interpolation)  # fmt: skip
         trainer_kwargs = {"accelerator": args.accelerator, "devices": args.devices, "strategy": args.strategy,
                           "num_nodes": args.num_nodes, "precision": args.precision}  # fmt: skip
         records = sweep_and_write(args.ckpt, resolutions, args.out, trainer_kwargs, methods=args.methods,
-                                  data=data, overwrite=args.overwrite)  # fmt: skip
+                                  data=data, overwrite=args.overwrite, init_from=args.init_from,
+                                  init_arch=args.init_arch)  # fmt: skip
     except ConfigError as e:
         print(f"vitpos.evaluate: error: {e}", file=sys.stderr)
         return 2

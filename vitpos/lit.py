@@ -38,6 +38,9 @@ def model_from_config(cfg: Config) -> ViT:
         drop_path_rate=m.drop_path_rate,
         layer_scale_init=m.layer_scale_init,
         pos_kwargs=m.pos_kwargs,
+        fc_norm=m.fc_norm,
+        qkv_bias=m.qkv_bias,
+        norm_eps=m.norm_eps,
     )
 
 

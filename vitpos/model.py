@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from einops import rearrange
 from timm.layers import DropPath, LayerScale, Mlp, trunc_normal_
 from torch import Tensor, nn
@@ -12,21 +13,40 @@ from .pos import POS_REGISTRY, AttnPos, build_pos
 from .pos.base import rotate
 from .stems import STEMS, build_stem
 
+QKV_BIAS = ("qkv", "qv", "none")  # bias on q, k and v (ViT); on q and v only (BEiT, EVA); none
+
 
 class Attention(nn.Module):
-    """Multi-head self-attention (fused kernels, see vitpos.attention); rotation and bias come from the AttnPos."""
+    """Multi-head self-attention (fused kernels, see vitpos.attention); rotation and bias come from the AttnPos.
 
-    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True):
+    ``qkv_bias="qv"`` keeps q and v biases (``q_bias``, ``v_bias``) and none on k, as BEiT: without a
+    rotation a k bias adds the same logit to every key of a query, which softmax ignores.
+    """
+
+    def __init__(self, dim: int, num_heads: int, qkv_bias: str = "qkv"):
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"embed_dim {dim} is not divisible by num_heads {num_heads}")
+        if qkv_bias not in QKV_BIAS:
+            raise ValueError(f"qkv_bias must be one of {', '.join(QKV_BIAS)}, got '{qkv_bias}'")
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
-        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias == "qkv")
+        self.qv_bias = qkv_bias == "qv"
+        if self.qv_bias:
+            self.q_bias = nn.Parameter(torch.zeros(dim))
+            self.v_bias = nn.Parameter(torch.zeros(dim))
         self.proj = nn.Linear(dim, dim)
 
+    def project_qkv(self, x: Tensor) -> Tensor:
+        """(B, N, D) -> (B, N, 3D): q, k, v for all heads."""
+        if not self.qv_bias:
+            return self.qkv(x)
+        bias = torch.cat([self.q_bias, torch.zeros_like(self.q_bias), self.v_bias])
+        return F.linear(x, self.qkv.weight, bias)
+
     def forward(self, x: Tensor, pos: AttnPos) -> Tensor:
-        q, k, v = rearrange(self.qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
+        q, k, v = rearrange(self.project_qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
         if pos.rope is not None:
             q, k = rotate(q, pos.rope), rotate(k, pos.rope)
         x = attention(q, k, v, pos.bias, scale=pos.logit_scale * self.head_dim**-0.5)  # (B, h, N, d)
@@ -37,13 +57,20 @@ class Block(nn.Module):
     """Pre-norm transformer block: x + attn(norm(x)), x + mlp(norm(x)), with optional LayerScale and DropPath."""
 
     def __init__(
-        self, dim: int, num_heads: int, mlp_ratio: float, drop_path: float = 0.0, layer_scale_init: float | None = None
+        self,
+        dim: int,
+        num_heads: int,
+        mlp_ratio: float,
+        drop_path: float = 0.0,
+        layer_scale_init: float | None = None,
+        qkv_bias: str = "qkv",
+        norm_eps: float = 1e-5,
     ):
         super().__init__()
-        self.norm1 = nn.LayerNorm(dim)
-        self.attn = Attention(dim, num_heads)
+        self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
+        self.attn = Attention(dim, num_heads, qkv_bias)
         self.ls1 = LayerScale(dim, layer_scale_init) if layer_scale_init else nn.Identity()
-        self.norm2 = nn.LayerNorm(dim)
+        self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=nn.GELU)
         self.ls2 = LayerScale(dim, layer_scale_init) if layer_scale_init else nn.Identity()
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
@@ -74,6 +101,9 @@ class ViT(nn.Module):
         drop_path_rate: float = 0.0,
         layer_scale_init: float | None = None,
         pos_kwargs: dict | None = None,
+        fc_norm: bool = False,
+        qkv_bias: str = "qkv",
+        norm_eps: float = 1e-5,
     ):
         super().__init__()
         if pos not in POS_REGISTRY:
@@ -103,9 +133,11 @@ class ViT(nn.Module):
         )
         dpr = torch.linspace(0, drop_path_rate, depth).tolist()
         self.blocks = nn.ModuleList(
-            Block(embed_dim, num_heads, mlp_ratio, dpr[i], layer_scale_init) for i in range(depth)
+            Block(embed_dim, num_heads, mlp_ratio, dpr[i], layer_scale_init, qkv_bias, norm_eps) for i in range(depth)
         )
-        self.norm = nn.LayerNorm(embed_dim)
+        # the final norm acts on every token, or (fc_norm, as timm's avg-pooled ViT and BEiT) on the pooled one
+        self.norm = nn.Identity() if fc_norm else nn.LayerNorm(embed_dim, eps=norm_eps)
+        self.fc_norm = nn.LayerNorm(embed_dim, eps=norm_eps) if fc_norm else nn.Identity()
         self.head = nn.Linear(embed_dim, num_classes)
         self._init_weights()
 
@@ -130,7 +162,7 @@ class ViT(nn.Module):
         return h // p, w // p
 
     def forward_features(self, images: Tensor) -> Tensor:
-        """(B, C, H, W) -> (B, P + N, D) normalised tokens (P prefix tokens)."""
+        """(B, C, H, W) -> (B, P + N, D) tokens (P prefix tokens), normalised unless fc_norm (then after pooling)."""
         self.grid_for(images.shape[-2:])
         x = self.stem(images)  # (B, D, h, w)
         grid = (x.shape[-2], x.shape[-1])
@@ -147,7 +179,7 @@ class ViT(nn.Module):
         """(B, C, H, W) -> (B, num_classes) logits."""
         x = self.forward_features(images)
         x = x[:, 0] if self.global_pool == "token" else x[:, self.num_prefix_tokens :].mean(dim=1)
-        return self.head(x)
+        return self.head(self.fc_norm(x))
 
     def no_weight_decay(self) -> set[str]:
         """Full names of parameters that must not be decayed: the scheme's own, and the class token."""

@@ -116,6 +116,14 @@ def build_trainer(cfg: Config, out: Path) -> L.Trainer:
 
 def run(cfg: Config) -> dict:
     """Train (or resume) the run ``cfg`` describes; return its results (also written to results.json)."""
+    pre = None
+    if cfg.model.init_from and not cfg.trainer.resume:  # a resumed run continues from its own checkpoint
+        from .pretrained import apply_architecture, load_pretrained
+
+        pre = load_pretrained(cfg.model.init_from, cfg.model.init_arch)
+        apply_architecture(cfg.model, pre)  # the weights' architecture, at this run's img_size
+        if pre.data_config and cfg.data.mean is None:  # the normalisation the weights were trained with
+            cfg.data.mean, cfg.data.std = list(pre.data_config["mean"]), list(pre.data_config["std"])
     out = resolve_out(cfg)
     ckpt_path = None
     if cfg.trainer.resume:
@@ -124,8 +132,18 @@ def run(cfg: Config) -> dict:
     L.seed_everything(cfg.trainer.seed, workers=True, verbose=False)
     dm = build_datamodule(cfg.data, img_size=cfg.model.img_size, seed=cfg.trainer.seed)
     dm.train_resolutions = list(cfg.trainer.train_resolutions)  # one resolution per batch; see vitpos.data.base
+    if pre is not None and cfg.model.in_chans != dm.in_chans:
+        raise ConfigError(
+            f"{pre.spec} takes {cfg.model.in_chans} input channel(s); data '{cfg.data.name}' has {dm.in_chans}"
+        )
     cfg.model.num_classes, cfg.model.in_chans = dm.num_classes, dm.in_chans
     lit = LitViT(cfg.to_dict())
+    if pre is not None:
+        from .pretrained import carry
+
+        for note in [f"initialised from {pre.spec} (trained at {pre.img_size} px)", *carry(pre.model, lit.model)]:
+            if env_rank() == 0:
+                print(f"vitpos: {note}", flush=True)
     if cfg.trainer.compile:
         lit.model.compile()
     trainer = build_trainer(cfg, out)

@@ -139,6 +139,8 @@ class VitposDataModule(L.LightningDataModule):
         check_data_config(cfg)
         to_hw(img_size)
         self.cfg, self.img_size, self.seed = cfg, img_size, seed
+        if cfg.mean is not None:  # normalisation asked for (a pretrained model's) instead of the data set's
+            self.mean, self.std = tuple(cfg.mean), tuple(cfg.std)
         self._raw: dict[str, Dataset] = {}
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None

@@ -23,6 +23,7 @@ from ..config import ConfigError, DataConfig
 
 BICUBIC = InterpolationMode.BICUBIC
 EVAL_RESIZE_MODES = ("crop", "full")
+INTERPOLATIONS = {"bicubic": BICUBIC, "bilinear": InterpolationMode.BILINEAR, "nearest": InterpolationMode.NEAREST}
 
 
 def to_hw(resolution: int | tuple[int, int] | list[int]) -> tuple[int, int]:
@@ -42,6 +43,12 @@ def check_data_config(cfg: DataConfig) -> None:
     """The data-side checks that do not depend on the data set."""
     if cfg.eval_resize not in EVAL_RESIZE_MODES:
         raise ConfigError(f"unknown eval_resize '{cfg.eval_resize}'; valid: {', '.join(EVAL_RESIZE_MODES)}")
+    if cfg.interpolation not in INTERPOLATIONS:
+        raise ConfigError(f"unknown interpolation '{cfg.interpolation}'; valid: {', '.join(INTERPOLATIONS)}")
+    if (cfg.mean is None) != (cfg.std is None) or (cfg.mean is not None and len(cfg.mean) != len(cfg.std)):
+        raise ConfigError(f"mean and std must be given together, one value per channel each: {cfg.mean}, {cfg.std}")
+    if cfg.std is not None and not all(v > 0 for v in cfg.std):
+        raise ConfigError(f"std values must be positive, got {cfg.std}")
     if not 0 < cfg.crop_ratio <= 1:
         raise ConfigError(f"crop_ratio must be in (0, 1], got {cfg.crop_ratio}")
     if not 0 < cfg.rrc_scale_min <= 1:
@@ -57,23 +64,24 @@ def check_data_config(cfg: DataConfig) -> None:
 class ResizeCover(torch.nn.Module):
     """Resize, keeping the aspect, so that the image covers (H, W) / crop_ratio; then centre-crop (H, W)."""
 
-    def __init__(self, size: tuple[int, int], crop_ratio: float = 1.0) -> None:
+    def __init__(self, size: tuple[int, int], crop_ratio: float = 1.0, interpolation=BICUBIC) -> None:
         super().__init__()
-        self.size, self.crop_ratio = size, crop_ratio
+        self.size, self.crop_ratio, self.interpolation = size, crop_ratio, interpolation
 
     def forward(self, img):
         h, w = self.size
         ih, iw = F.get_size(img)
         if h == w:  # the usual protocol: short side to floor(R / crop_ratio) (as timm's crop_pct)
             short = math.floor(h / self.crop_ratio)
-            scale = short / min(ih, iw)
-        else:
-            scale = max(h / ih, w / iw) / self.crop_ratio
+            if min(ih, iw) != short:  # torchvision's own rule for the long side, so the pixels equal timm's eval
+                img = F.resize(img, [short], interpolation=self.interpolation, antialias=True)
+            return F.center_crop(img, [h, w])
+        scale = max(h / ih, w / iw) / self.crop_ratio
         new = (max(h, round(ih * scale)), max(w, round(iw * scale)))
         if ih == iw:  # keep square images exactly square
             new = (max(new), max(new))
         if new != (ih, iw):
-            img = F.resize(img, list(new), interpolation=BICUBIC, antialias=True)
+            img = F.resize(img, list(new), interpolation=self.interpolation, antialias=True)
         return F.center_crop(img, [h, w])
 
     def extra_repr(self) -> str:
@@ -84,12 +92,15 @@ def _to_tensor(mean, std) -> list:
     return [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(mean), list(std))]
 
 
-def eval_geometry(resolution: int | tuple[int, int], mode: str, crop_ratio: float) -> torch.nn.Module:
+def eval_geometry(
+    resolution: int | tuple[int, int], mode: str, crop_ratio: float, interpolation: str = "bicubic"
+) -> torch.nn.Module:
     hw = to_hw(resolution)
+    interp = INTERPOLATIONS[interpolation]
     if mode == "crop":
-        return ResizeCover(hw, crop_ratio)
+        return ResizeCover(hw, crop_ratio, interp)
     if mode == "full":
-        return v2.Resize(list(hw), interpolation=BICUBIC, antialias=True)
+        return v2.Resize(list(hw), interpolation=interp, antialias=True)
     raise ConfigError(f"unknown eval_resize '{mode}'; valid: {', '.join(EVAL_RESIZE_MODES)}")
 
 
@@ -97,7 +108,8 @@ def eval_transform(
     resolution: int | tuple[int, int], cfg: DataConfig, mean: tuple[float, ...], std: tuple[float, ...]
 ) -> v2.Compose:
     """PIL image -> normalised tensor at `resolution`, following cfg.eval_resize / cfg.crop_ratio."""
-    return v2.Compose([eval_geometry(resolution, cfg.eval_resize, cfg.crop_ratio), *_to_tensor(mean, std)])
+    geometry = eval_geometry(resolution, cfg.eval_resize, cfg.crop_ratio, cfg.interpolation)
+    return v2.Compose([geometry, *_to_tensor(mean, std)])
 
 
 def train_transform(img_size: int, cfg: DataConfig, mean: tuple[float, ...], std: tuple[float, ...]) -> v2.Compose:
@@ -112,7 +124,7 @@ def train_transform(img_size: int, cfg: DataConfig, mean: tuple[float, ...], std
             v2.RandomResizedCrop(img_size, scale=(cfg.rrc_scale_min, 1.0), interpolation=BICUBIC, antialias=True)
         )
     else:
-        ops.append(eval_geometry(img_size, cfg.eval_resize, cfg.crop_ratio))
+        ops.append(eval_geometry(img_size, cfg.eval_resize, cfg.crop_ratio, cfg.interpolation))
     if cfg.random_crop_pad > 0:
         ops.append(v2.RandomCrop(img_size, padding=cfg.random_crop_pad))
     if cfg.hflip:

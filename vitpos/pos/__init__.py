@@ -31,7 +31,10 @@ _SINGLE: dict[str, type[PosScheme]] = {
 }
 POS_REGISTRY: dict[str, Callable[..., PosScheme]] = {
     **_SINGLE,
-    **{name: Composition(name, _SINGLE) for name in ("rope2d+learned", "rope2d+peg", "relbias+peg")},
+    **{
+        name: Composition(name, _SINGLE)
+        for name in ("rope2d+learned", "rope2d+peg", "relbias+peg", "rope2d-mixed+learned")
+    },
 }
 POS_SCHEMES: tuple[str, ...] = tuple(POS_REGISTRY)
 

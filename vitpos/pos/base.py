@@ -89,6 +89,11 @@ class PosScheme(nn.Module):
         """Names (relative to this module) of parameters that must not be decayed."""
         return {name for name, _ in self.named_parameters()}
 
+    def carry_state(self, grid: Grid) -> dict[str, Tensor]:
+        """State for this scheme rebuilt with ``grid`` as its training grid (fine-tuning at a new size),
+        carried there by the current method. Default: the state unchanged (nothing in it is sized by the grid)."""
+        return {k: v.detach().clone() for k, v in self.state_dict().items()}
+
     # -- caching -------------------------------------------------------------------------
     def cached(self, key: tuple, build, *params: Tensor):
         """Return build() cached under key and the method, valid while ``params`` hold the values it saw.

@@ -104,6 +104,9 @@ class ComposedPos(PosScheme):
     def no_weight_decay(self) -> set[str]:
         return {f"parts.{name}.{n}" for name, part in self.parts.items() for n in part.no_weight_decay()}
 
+    def carry_state(self, grid: Grid) -> dict[str, Tensor]:
+        return {f"parts.{name}.{k}": v for name, part in self.parts.items() for k, v in part.carry_state(grid).items()}
+
 
 class Composition:
     """Registry entry for a composition: called like a scheme class, with the product of methods.

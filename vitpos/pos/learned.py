@@ -36,5 +36,9 @@ class LearnedPos(PosScheme):
 
         return self.cached(("table", tuple(grid), self.table.device), build, self.table)
 
+    def carry_state(self, grid: Grid) -> dict[str, Tensor]:
+        with torch.no_grad():
+            return {"table": self.table_for(grid).detach().clone()}
+
     def tokens(self, x: Tensor, grid: Grid) -> Tensor:
         return x + self.table_for(grid).to(x.dtype)

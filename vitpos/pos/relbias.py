@@ -10,15 +10,23 @@ Methods for a new grid (h, w):
 
 * ``resize``: the table, seen as (heads, 2H-1, 2W-1), is resized bicubically to
   (2h-1, 2w-1), as Swin does when fine-tuning at a larger window;
-* ``clamp``: offsets beyond the trained range are clamped to it (the table is unchanged).
+* ``clamp``: offsets beyond the trained range are clamped to it (the table is unchanged);
+* ``geometric``: BEiT's fine-tuning rule, timm's ``resize_rel_pos_bias_table``: the trained offsets are
+  spread over the new range by a geometric progression and the table interpolated between them.
+
+With prefix (class) tokens, ``prefix_bias`` (depth, heads, 3) holds each head's learned logit bias for
+prefix query -> patch key, patch query -> prefix key and prefix -> prefix (BEiT's three extra table
+entries); it starts at zero and no grid changes it.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 from einops import rearrange
-from timm.layers import trunc_normal_
+from timm.layers import resize_rel_pos_bias_table, trunc_normal_
 from torch import Tensor, nn
 
 from .base import AttnPos, Grid, PosScheme, add_prefix_bias, grid_coords, prefix_bias_param
@@ -42,7 +50,7 @@ def relative_position_index(grid: Grid, table_grid: Grid | None = None, clamp: b
 class RelBiasPos(PosScheme):
     """Per-block relative position bias tables, stored together as one (depth, T, heads) parameter."""
 
-    methods = ("resize", "clamp")
+    methods = ("resize", "clamp", "geometric")
 
     def __init__(self, *, init_std: float = 0.02, **kw):
         super().__init__(**kw)
@@ -56,9 +64,35 @@ class RelBiasPos(PosScheme):
         if self.method == "clamp" or tuple(grid) == self.train_grid:
             return self.table, self.train_grid
         h, w = self.train_grid
+        size = (2 * grid[0] - 1, 2 * grid[1] - 1)
+        if self.method == "geometric":
+            with warnings.catch_warnings():  # timm's interpolator warns about its own indexing
+                warnings.simplefilter("ignore", UserWarning)
+                t = torch.stack([
+                    resize_rel_pos_bias_table(block.float(), new_window_size=tuple(grid),
+                                              new_bias_shape=(size[0] * size[1], self.num_heads),
+                                              old_window_size=self.train_grid)
+                    for block in self.table.unbind(0)
+                ])  # fmt: skip
+            return t.to(self.table.dtype), tuple(grid)
         t = rearrange(self.table, "l (y x) heads -> l heads y x", y=2 * h - 1)
-        t = F.interpolate(t.float(), size=(2 * grid[0] - 1, 2 * grid[1] - 1), mode="bicubic", align_corners=False)
+        t = F.interpolate(t.float(), size=size, mode="bicubic", align_corners=False)
         return rearrange(t, "l heads y x -> l (y x) heads").to(self.table.dtype), tuple(grid)
+
+    def carry_state(self, grid: Grid) -> dict[str, Tensor]:
+        with torch.no_grad():
+            if self.method == "clamp":  # the new table holds, per offset of the new range, the clamped entry
+                h, w = grid
+                dy, dx = torch.meshgrid(torch.arange(1 - h, h), torch.arange(1 - w, w), indexing="ij")
+                big_h, big_w = self.train_grid
+                dy, dx = dy.clamp(1 - big_h, big_h - 1), dx.clamp(1 - big_w, big_w - 1)
+                table = self.table[:, ((dy + big_h - 1) * (2 * big_w - 1) + dx + big_w - 1).flatten()]
+            else:
+                table = self.table_for(grid)[0]
+            state = {"table": table.detach().clone()}
+            if self.num_prefix_tokens:
+                state["prefix_bias"] = self.prefix_bias.detach().clone()
+            return state
 
     def bias(self, grid: Grid) -> Tensor:
         """(depth, heads, P+N, P+N) bias for ``grid``; prefix rows and columns from ``prefix_bias``."""
