@@ -29,11 +29,16 @@ class AttnPos:
           Pair j of q and k is (x[2j], x[2j+1]); read as complex numbers, rope is e^(i angle).
     bias: (heads, N, N) added to the logits (prefix rows and columns are 0).
     logit_scale: multiplies the usual 1/sqrt(head_dim) (YaRN's attention temperature).
+    rotation: a general q/k rotation, block-diagonal with blocks of size b: (N, d/b, b, b) or
+          (heads, N, d/b, b, b) orthogonal matrices, block j turning (x[jb], ..., x[jb+b-1]); prefix rows
+          are the identity. ``rope`` is the special case b = 2 kept apart because a complex multiply
+          is far cheaper than a matrix product. A scheme sets at most one of the two.
     """
 
     rope: Tensor | None = None
     bias: Tensor | None = None
     logit_scale: float = 1.0
+    rotation: Tensor | None = None
 
 
 NO_POS = AttnPos()
@@ -155,3 +160,28 @@ def rotate(x: Tensor, rot: Tensor) -> Tensor:
     cos, sin = rot.to(x.dtype).unbind(-1)
     x1, x2 = pairs.unbind(-1)
     return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
+def rotate_blocks(x: Tensor, rot: Tensor) -> Tensor:
+    """Turn q or k (B, heads, N, d) by block-diagonal matrices ``rot`` (N, d/b, b, b) or (heads, N, d/b, b, b).
+
+    One einsum contracts each block of b channels with its token's matrix; ``rot`` broadcasts over the
+    batch inside the contraction (it is never expanded to the batch size).
+    """
+    b = rot.shape[-1]
+    blocks = x.unflatten(-1, (-1, b))  # (B, heads, N, d/b, b)
+    rot = rot.to(x.dtype)
+    if rot.dim() == 4:
+        out = torch.einsum("nkij,bhnkj->bhnki", rot, blocks)
+    else:
+        out = torch.einsum("hnkij,bhnkj->bhnki", rot, blocks)
+    return out.flatten(-2)
+
+
+def turn_qk(q: Tensor, k: Tensor, pos: AttnPos) -> tuple[Tensor, Tensor]:
+    """Apply the block's q/k rotation, if any (``rope`` pairs or a general block ``rotation``)."""
+    if pos.rope is not None:
+        return rotate(q, pos.rope), rotate(k, pos.rope)
+    if pos.rotation is not None:
+        return rotate_blocks(q, pos.rotation), rotate_blocks(k, pos.rotation)
+    return q, k
