@@ -26,7 +26,7 @@ from vitpos.pos import POS_REGISTRY
 from vitpos.pos.alibi2d import alibi_slopes
 from vitpos.pos.base import rotate, rotate_blocks
 from vitpos.pos.compose import Composition
-from vitpos.pos.liere import skew_from_coefficients
+from vitpos.pos.liere import SkewExp, skew_from_coefficients
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -354,6 +354,25 @@ def test_skew_from_coefficients():
     torch.testing.assert_close(s, -s.transpose(-1, -2), **EXACT)
     assert s[0, 0, 1] == c[0, 0] and s[0, 0, 3] == c[0, 2] and s[0, 2, 3] == c[0, 5]
     assert (s.diagonal(dim1=-2, dim2=-1) == 0).all()
+
+
+@pytest.mark.parametrize("b", [2, 5, 8])
+def test_skew_exp_matches_matrix_exp_and_its_gradient(b):
+    """The eigendecomposition path agrees with torch's matrix_exp, value and gradient, at A = 0 too."""
+    coeffs = torch.randn(6, b * (b - 1) // 2, dtype=torch.float64) * 3
+    coeffs[0] = 0  # the origin token: all eigenvalues equal
+    a = skew_from_coefficients(coeffs, b).requires_grad_()
+    g = torch.randn(6, b, b, dtype=torch.float64)
+    ours, ref = SkewExp.apply(a), torch.linalg.matrix_exp(a)
+    torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
+    (grad_ours,) = torch.autograd.grad(ours, a, g)
+    (grad_ref,) = torch.autograd.grad(ref, a, g)
+    torch.testing.assert_close(grad_ours, grad_ref, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(grad_ours[0], g[0], rtol=1e-12, atol=1e-12)  # d exp at 0 is the identity map
+    a32 = a.detach().float().requires_grad_()
+    out32 = SkewExp.apply(a32)
+    assert out32.dtype == torch.float32
+    torch.testing.assert_close(out32.double(), ref.detach(), **FP32)
 
 
 @pytest.mark.parametrize("block_size", [None, 2, 4])
