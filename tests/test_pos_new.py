@@ -502,3 +502,16 @@ def test_compositions_of_the_new_schemes(tiny):
     a = both.attention(TRAIN)[0]
     assert a.bias is not None and a.rotation is not None
     assert {"alibi2d", "lookhere", "rope2d-norm", "liere", "alibi2d+peg"} <= set(vitpos.POS_SCHEMES)
+
+
+@pytest.mark.parametrize(
+    "kwarg", ["fov=30", "block_size=3", "rescale=0.5", "bogus=1"], ids=["lookhere", "liere", "rope2d-norm", "alibi2d"]
+)
+def test_a_bad_scheme_option_is_one_line_and_exit_2(kwarg, request, tmp_path, capsys):
+    from vitpos.training import main
+
+    pos = request.node.callspec.id
+    assert main(["--pos", pos, "--pos-kwarg", kwarg, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"train.py: error: --pos {pos}:")
+    assert not (tmp_path / "run").exists()
