@@ -4,7 +4,8 @@ A scheme can act at two hooks (see the README's table):
 
 * ``tokens(x, grid)``: add something to the patch tokens once, before block 0;
 * ``attention(grid)``: return, for each block, an :class:`AttnPos` with a q/k rotation
-  (cos, sin per rotary pair) and/or an additive logit bias, built once per forward for the current grid.
+  (cos, sin per rotary pair, or orthogonal matrices per channel block) and/or an additive logit bias,
+  built once per forward for the current grid.
 
 Every default means "no position". Each scheme also owns how it serves a grid it was not
 trained on: ``methods`` names the ways, ``method`` selects one (the evaluator sweeps them).
