@@ -65,8 +65,8 @@ def _model(pos: str, **model) -> vitpos.ViT:
 def _uses(pos: str) -> dict[str, bool]:
     parts = pos.split("+")
     return {"tokens": any(p in ("learned", "sincos2d") for p in parts),
-            "bias": any(p in ("relbias", "cpb") for p in parts),
-            "rope": any(p.startswith("rope") for p in parts)}  # fmt: skip
+            "bias": any(p in ("relbias", "cpb", "alibi2d", "lookhere") for p in parts),
+            "rope": any(p.startswith("rope") or p == "liere" for p in parts)}  # fmt: skip
 
 
 def _loader(n: int = 8, size: int = 32, classes: int = 10) -> DataLoader:

@@ -14,7 +14,7 @@ from vitpos.pos.compose import Composition
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 IMAGES = [(32, 32), (48, 48), (32, 48), (24, 40), (16, 16)]  # training, larger, non-square, smaller
-BIAS_SCHEMES = {"relbias", "cpb"}  # the schemes (alone or in a composition) that add a logit bias
+BIAS_SCHEMES = {"relbias", "cpb", "alibi2d", "lookhere"}  # schemes (alone or composed) that add a logit bias
 SCHEME_METHODS = [(name, m) for name, cls in vitpos.POS_REGISTRY.items() for m in cls.methods]
 
 

@@ -210,3 +210,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"--ckpt-every-n-steps must be positive, got {t.ckpt_every_n_steps}")
     if t.resume and t.overwrite:
         raise ConfigError("--resume and --overwrite contradict each other; pass one")
+    from .pos import build_pos
+
+    try:  # the scheme checks its own options (--pos-kwarg) and what it needs of the model's dims
+        grid = (m.img_size // m.patch_size,) * 2
+        build_pos(m.pos, dim=m.embed_dim, num_heads=m.num_heads, depth=m.depth, grid=grid,
+                  num_prefix_tokens=int(m.class_token), **m.pos_kwargs)  # fmt: skip
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"--pos {m.pos}: {e}") from None

@@ -39,7 +39,7 @@ from torch.utils.data import DataLoader, Subset
 
 from .config import ConfigError
 from .model import Attention, ViT
-from .pos.base import AttnPos, Grid, grid_coords, rotate
+from .pos.base import AttnPos, Grid, grid_coords, turn_qk
 
 PICTURES = ("position_similarity.png", "bias_centre_query.png", "rope_kernel.png", "attention_distance.png")
 SUMMARY = "diagnostics.json"
@@ -72,7 +72,8 @@ def centre_index(grid: Grid) -> int:
 
 
 def centre_bias(model: ViT, grid: Grid | None = None) -> Tensor | None:
-    """(depth, heads, h, w) logit bias of the centre query to every key; None if the scheme has no bias."""
+    """(depth, heads, h, w) logit bias of the centre query to every key (NaN where a mask hides the key, -inf in
+    the bias: drawn blank); None if the scheme has no bias."""
     grid = grid or model.grid
     per_block = attention_pos(model, grid)
     if all(a.bias is None for a in per_block):
@@ -81,6 +82,7 @@ def centre_bias(model: ViT, grid: Grid | None = None) -> Tensor | None:
     maps = []
     for a in per_block:
         b = torch.zeros(model.pos.num_heads, n) if a.bias is None else a.bias[:, p + q, p:].float()
+        b = b.masked_fill(b == float("-inf"), float("nan"))
         maps.append(rearrange(b, "heads (h w) -> heads h w", h=grid[0]))
     return torch.stack(maps)
 
@@ -90,11 +92,11 @@ def rope_kernel(model: ViT, grid: Grid | None = None, block: int = 0) -> Tensor 
     (the key at (y, x) sits at offset (y - h//2, x - w//2)); None if the scheme rotates nothing."""
     grid = grid or model.grid
     a = attention_pos(model, grid)[block]
-    if a.rope is None:
+    if a.rope is None and a.rotation is None:
         return None
     heads, d, p = model.pos.num_heads, model.pos.head_dim, model.num_prefix_tokens
-    ones = torch.ones(1, heads, a.rope.shape[-3], d)
-    r = rotate(ones, a.rope)[0, :, p:]  # (heads, N, d): patch tokens
+    ones = torch.ones(1, heads, p + grid[0] * grid[1], d)
+    r = turn_qk(ones, ones, a)[0][0, :, p:]  # (heads, N, d): patch tokens
     q = centre_index(grid)
     logits = (r[:, q : q + 1] @ r.transpose(-1, -2))[:, 0] * d**-0.5 * a.logit_scale  # (heads, N)
     return rearrange(logits, "heads (h w) -> heads h w", h=grid[0])
@@ -104,8 +106,7 @@ def rope_kernel(model: ViT, grid: Grid | None = None, block: int = 0) -> Tensor 
 def recompute_attention(attn: Attention, x: Tensor, pos: AttnPos) -> Tensor:
     """(B, heads, N, N) softmax weights of ``attn`` on its input ``x`` (B, N, D), as its forward computes them."""
     q, k, _ = rearrange(attn.qkv(x), "b n (three h d) -> three b h n d", three=3, h=attn.num_heads)
-    if pos.rope is not None:
-        q, k = rotate(q, pos.rope), rotate(k, pos.rope)
+    q, k = turn_qk(q, k, pos)
     logits = (q @ k.transpose(-1, -2)) * (pos.logit_scale * attn.head_dim**-0.5)
     if pos.bias is not None:
         logits = logits + pos.bias.to(logits.dtype)
@@ -229,7 +230,7 @@ def _heads_figure(maps: Tensor, rows: list[str], title: str, cbar: str, extent=N
     """maps (rows, heads, h, w) -> one panel per (row, head), a shared colour scale symmetric about 0."""
     plt = _plt()
     n_rows, heads = maps.shape[:2]
-    lim = float(maps.abs().max()) or 1.0
+    lim = float(maps.nan_to_num(nan=0.0).abs().max()) or 1.0  # NaN: masked, drawn blank
     fig, axes = plt.subplots(n_rows, heads, figsize=(2.2 * heads + 1, 2.2 * n_rows + 0.6), squeeze=False)
     for r in range(n_rows):
         for hd in range(heads):

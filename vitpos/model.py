@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from .attention import attention
 from .pos import POS_REGISTRY, AttnPos, build_pos
-from .pos.base import rotate
+from .pos.base import turn_qk
 from .stems import STEMS, build_stem
 
 QKV_BIAS = ("qkv", "qv", "none")  # bias on q, k and v (ViT); on q and v only (BEiT, EVA); none
@@ -47,8 +47,7 @@ class Attention(nn.Module):
 
     def forward(self, x: Tensor, pos: AttnPos) -> Tensor:
         q, k, v = rearrange(self.project_qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
-        if pos.rope is not None:
-            q, k = rotate(q, pos.rope), rotate(k, pos.rope)
+        q, k = turn_qk(q, k, pos)
         x = attention(q, k, v, pos.bias, scale=pos.logit_scale * self.head_dim**-0.5)  # (B, h, N, d)
         return self.proj(rearrange(x, "b h n d -> b n (h d)"))
 

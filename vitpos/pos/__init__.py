@@ -8,15 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .alibi2d import Alibi2dPos
 from .base import AttnPos, Grid, PosScheme
 from .compose import ComposedPos, Composition
 from .cpb import CpbPos
 from .learned import LearnedPos
+from .liere import LiePos
+from .lookhere import LookHerePos
 from .none import NoPos
 from .peg import PegPos
 from .relbias import RelBiasPos
 from .rope2d import Rope2dPos
 from .rope2d_mixed import Rope2dMixedPos
+from .rope2d_norm import Rope2dNormPos
 from .sincos2d import SinCos2dPos
 
 _SINGLE: dict[str, type[PosScheme]] = {
@@ -28,12 +32,16 @@ _SINGLE: dict[str, type[PosScheme]] = {
     "rope2d-mixed": Rope2dMixedPos,
     "cpb": CpbPos,
     "peg": PegPos,
+    "alibi2d": Alibi2dPos,
+    "lookhere": LookHerePos,
+    "rope2d-norm": Rope2dNormPos,
+    "liere": LiePos,
 }
 POS_REGISTRY: dict[str, Callable[..., PosScheme]] = {
     **_SINGLE,
     **{
         name: Composition(name, _SINGLE)
-        for name in ("rope2d+learned", "rope2d+peg", "relbias+peg", "rope2d-mixed+learned")
+        for name in ("rope2d+learned", "rope2d+peg", "relbias+peg", "rope2d-mixed+learned", "alibi2d+peg")
     },
 }
 POS_SCHEMES: tuple[str, ...] = tuple(POS_REGISTRY)

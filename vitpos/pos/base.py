@@ -4,7 +4,8 @@ A scheme can act at two hooks (see the README's table):
 
 * ``tokens(x, grid)``: add something to the patch tokens once, before block 0;
 * ``attention(grid)``: return, for each block, an :class:`AttnPos` with a q/k rotation
-  (cos, sin per rotary pair) and/or an additive logit bias, built once per forward for the current grid.
+  (cos, sin per rotary pair, or orthogonal matrices per channel block) and/or an additive logit bias,
+  built once per forward for the current grid.
 
 Every default means "no position". Each scheme also owns how it serves a grid it was not
 trained on: ``methods`` names the ways, ``method`` selects one (the evaluator sweeps them).
@@ -29,11 +30,16 @@ class AttnPos:
           Pair j of q and k is (x[2j], x[2j+1]); read as complex numbers, rope is e^(i angle).
     bias: (heads, N, N) added to the logits (prefix rows and columns are 0).
     logit_scale: multiplies the usual 1/sqrt(head_dim) (YaRN's attention temperature).
+    rotation: a general q/k rotation, block-diagonal with blocks of size b: (N, d/b, b, b) or
+          (heads, N, d/b, b, b) orthogonal matrices, block j turning (x[jb], ..., x[jb+b-1]); prefix rows
+          are the identity. ``rope`` is the special case b = 2 kept apart because a complex multiply
+          is far cheaper than a matrix product. A scheme sets at most one of the two.
     """
 
     rope: Tensor | None = None
     bias: Tensor | None = None
     logit_scale: float = 1.0
+    rotation: Tensor | None = None
 
 
 NO_POS = AttnPos()
@@ -180,3 +186,28 @@ def add_prefix_bias(bias: Tensor, prefix: Tensor | None, num_prefix_tokens: int)
     top = torch.cat([to_prefix.expand(-1, -1, p, p), to_patch.expand(-1, -1, p, n)], dim=-1)  # prefix queries
     rest = torch.cat([from_patch.expand(-1, -1, n, p), bias], dim=-1)  # patch queries
     return torch.cat([top, rest], dim=-2)
+
+
+def rotate_blocks(x: Tensor, rot: Tensor) -> Tensor:
+    """Turn q or k (B, heads, N, d) by block-diagonal matrices ``rot`` (N, d/b, b, b) or (heads, N, d/b, b, b).
+
+    One einsum contracts each block of b channels with its token's matrix; ``rot`` broadcasts over the
+    batch inside the contraction (it is never expanded to the batch size).
+    """
+    b = rot.shape[-1]
+    blocks = x.unflatten(-1, (-1, b))  # (B, heads, N, d/b, b)
+    rot = rot.to(x.dtype)
+    if rot.dim() == 4:
+        out = torch.einsum("nkij,bhnkj->bhnki", rot, blocks)
+    else:
+        out = torch.einsum("hnkij,bhnkj->bhnki", rot, blocks)
+    return out.flatten(-2)
+
+
+def turn_qk(q: Tensor, k: Tensor, pos: AttnPos) -> tuple[Tensor, Tensor]:
+    """Apply the block's q/k rotation, if any (``rope`` pairs or a general block ``rotation``)."""
+    if pos.rope is not None:
+        return rotate(q, pos.rope), rotate(k, pos.rope)
+    if pos.rotation is not None:
+        return rotate_blocks(q, pos.rotation), rotate_blocks(k, pos.rotation)
+    return q, k

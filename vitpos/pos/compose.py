@@ -34,16 +34,22 @@ def product_methods(method_lists: Sequence[Sequence[str]]) -> tuple[str, ...]:
 
 
 def merge_attention(parts: Sequence[AttnPos]) -> AttnPos:
-    """One block's AttnPos from its parts': at most one rope, biases summed, logit scales multiplied."""
+    """One block's AttnPos from its parts': at most one q/k rotation, biases summed, logit scales multiplied."""
     ropes = [a.rope for a in parts if a.rope is not None]
-    if len(ropes) > 1:
+    rotations = [a.rotation for a in parts if a.rotation is not None]
+    if len(ropes) + len(rotations) > 1:
         raise ValueError("at most one part of a composition may rotate q and k")
     biases = [a.bias for a in parts if a.bias is not None]
     bias = None if not biases else biases[0] if len(biases) == 1 else torch.stack(biases).sum(0)
     scale = 1.0
     for a in parts:
         scale *= a.logit_scale
-    return AttnPos(rope=ropes[0] if ropes else None, bias=bias, logit_scale=scale)
+    return AttnPos(
+        rope=ropes[0] if ropes else None,
+        bias=bias,
+        logit_scale=scale,
+        rotation=rotations[0] if rotations else None,
+    )
 
 
 class ComposedPos(PosScheme):

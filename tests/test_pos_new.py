@@ -1,0 +1,517 @@
+"""Properties of alibi2d, lookhere, rope2d-norm and liere (the registry-wide tests cover the rest).
+
+What each scheme claims, and the test that checks it:
+
+* alibi2d: bias = -2^(-8h/H) * Euclidean distance; it depends on the offset alone (and only its length);
+* lookhere: each head sees exactly its field of view (checked against angles), penalised by distance;
+  the bias depends on the offset alone and, unlike alibi2d's, tells left from right;
+* rope2d-norm: DINOv3's normalised coordinates and periods; augmentation only in training; in evaluation
+  the logit depends only on the coordinate offset; angles in fp32 under bf16;
+* liere: R(p) = exp(y G_y + x G_x) is orthogonal; R(p)^T R(q) = R(q - p) (relative) exactly when the
+  generators commute: always for block size 2 (where it is RoPE-Mixed), along a line through the
+  origin for any block size, and not in general for dense blocks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from helpers import TRAIN  # noqa: E402
+
+import vitpos
+from vitpos.lit import param_groups
+from vitpos.pos import POS_REGISTRY
+from vitpos.pos.alibi2d import alibi_slopes
+from vitpos.pos.base import rotate, rotate_blocks
+from vitpos.pos.compose import Composition
+from vitpos.pos.liere import SkewExp, skew_from_coefficients
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+EXACT = dict(rtol=0, atol=0)
+FP32 = dict(rtol=1e-5, atol=1e-5)  # fp32 rotations and logits of unit-scale vectors
+LOGIT = dict(rtol=1e-4, atol=1e-4)  # logits of random q, k after two fp32 rotations each
+DET = dict(rtol=1e-4, atol=1e-4)  # determinant of an fp32 8x8 rotation (a product of 8 rounded factors)
+VISIBLY = 1e-2  # a property that fails, fails by at least this much
+
+
+def grid_yx(grid):
+    ys, xs = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
+    return ys.flatten(), xs.flatten()
+
+
+def offsets(grid):
+    """(N, N) key-minus-query row and column offsets."""
+    ys, xs = grid_yx(grid)
+    return ys[None, :] - ys[:, None], xs[None, :] - xs[:, None]
+
+
+def assert_offset_only(bias, grid):
+    """bias (heads, N, N): every pair of tokens with the same offset holds the same value (-inf included)."""
+    dy, dx = offsets(grid)
+    key = ((dy + grid[0]) * (2 * grid[1] + 1) + dx + grid[1]).flatten()
+    first = torch.full((int(key.max()) + 1,), key.numel()).scatter_reduce(0, key, torch.arange(key.numel()), "amin")
+    flat = bias.detach().flatten(1)
+    assert torch.equal(flat, flat[:, first[key]])
+
+
+def mirror_lr(grid):
+    """Index permutation of the tokens that mirrors the grid left-right."""
+    ys, xs = grid_yx(grid)
+    return ys * grid[1] + (grid[1] - 1 - xs)
+
+
+# ---------------------------------------------------------------------------------------------
+# alibi2d
+# ---------------------------------------------------------------------------------------------
+
+
+def test_alibi_slopes_are_geometric():
+    torch.testing.assert_close(alibi_slopes(8), 2.0 ** -torch.arange(1, 9, dtype=torch.float64), **EXACT)
+    torch.testing.assert_close(alibi_slopes(4), 2.0 ** (-2.0 * torch.arange(1, 5, dtype=torch.float64)), **EXACT)
+
+
+@pytest.mark.parametrize("grid", [TRAIN, (12, 12), (5, 9), (1, 6)], ids=str)
+@pytest.mark.parametrize("method", POS_REGISTRY["alibi2d"].methods)
+def test_alibi2d_bias_formula_and_offset_only(tiny, grid, method):
+    m = tiny("alibi2d")
+    m.pos.method = method
+    dy, dx = offsets(grid)
+    if method == "scaled":
+        dy, dx = dy * TRAIN[0] / grid[0], dx * TRAIN[1] / grid[1]
+    dist = torch.sqrt(dy.double() ** 2 + dx.double() ** 2)
+    heads = m.pos.num_heads
+    expect = torch.stack([-(2.0 ** (-8 * h / heads)) * dist for h in range(1, heads + 1)]).float()
+    attn = m.pos.attention(grid)
+    assert len(attn) == m.pos.depth and all(a.rope is None and a.rotation is None for a in attn)
+    for a in attn:
+        torch.testing.assert_close(a.bias, expect, **FP32)
+        assert_offset_only(a.bias, grid)
+        # only the length of the offset counts: the bias is symmetric and blind to a left-right mirror
+        torch.testing.assert_close(a.bias, a.bias.transpose(-1, -2), **EXACT)
+        mir = mirror_lr(grid)
+        torch.testing.assert_close(a.bias[:, mir][:, :, mir], a.bias, **EXACT)
+    assert not any(True for _ in m.pos.parameters())
+
+
+def test_alibi2d_extrapolate_keeps_the_trained_reach_and_scaled_keeps_the_trained_span(tiny):
+    m = tiny("alibi2d")
+    train = m.pos.attention(TRAIN)[0].bias
+    big = m.pos.attention((16, 16))[0].bias
+    inner = (torch.arange(8)[:, None] * 16 + torch.arange(8)[None, :]).flatten()  # the top-left 8x8 tokens
+    torch.testing.assert_close(big[:, inner][:, :, inner], train, **EXACT)
+    m.pos.method = "scaled"
+    big = m.pos.attention((16, 16))[0].bias
+    even = (torch.arange(0, 16, 2)[:, None] * 16 + torch.arange(0, 16, 2)[None, :]).flatten()
+    torch.testing.assert_close(big[:, even][:, :, even], train, **FP32)  # token (2i, 2j) stands where (i, j) did
+
+
+# ---------------------------------------------------------------------------------------------
+# lookhere
+# ---------------------------------------------------------------------------------------------
+
+# centre of each field of view, degrees counter-clockwise from "right" (y grows downwards), and its half-width
+FIELD_CENTRES = {
+    180: [90, 270, 180, 0],
+    90: [90, 270, 180, 0],
+    45: [112.5, 247.5, 157.5, 22.5, 67.5, 292.5, 202.5, 337.5],
+}
+
+
+def visible_by_angle(grid, centre, fov):
+    """(N, N) True where the key lies within fov/2 degrees of ``centre`` as seen from the query (or is it)."""
+    dy, dx = offsets(grid)
+    angle = torch.rad2deg(torch.atan2(-dy.double(), dx.double()))
+    diff = torch.remainder(angle - centre + 180, 360) - 180
+    return (diff.abs() <= fov / 2 + 1e-9) | ((dy == 0) & (dx == 0))
+
+
+@pytest.mark.parametrize("fov", [180, 90, 45])
+@pytest.mark.parametrize("grid", [(7, 7), (5, 9)], ids=str)
+def test_lookhere_heads_see_their_field_of_view_with_a_distance_penalty(tiny, fov, grid):
+    kw = {"fov": fov, "global_slope": 1.5, "layer_slopes": (0.5, 2.0)}
+    m = tiny("lookhere", embed_dim=128, num_heads=16, depth=3, pos_kwargs=kw)  # 16 heads: every field, two slopes
+    centres = FIELD_CENTRES[fov]
+    dy, dx = offsets(grid)
+    dist = torch.sqrt(dy.double() ** 2 + dx.double() ** 2)
+    for layer, (a, layer_slope) in enumerate(zip(m.pos.attention(grid), [0.5, 1.25, 2.0])):
+        assert a.bias.shape == (16, grid[0] * grid[1], grid[0] * grid[1])
+        assert torch.isfinite(a.bias.diagonal(dim1=-2, dim2=-1)).all()  # a query always sees itself
+        assert_offset_only(a.bias, grid)
+        for h in range(16):
+            seen = visible_by_angle(grid, centres[h % len(centres)], fov)
+            assert torch.equal(torch.isfinite(a.bias[h]), seen), (layer, h)
+            slope = 1.5 * layer_slope * 2.0 ** -(1 + h // len(centres))
+            torch.testing.assert_close(a.bias[h][seen].double(), -slope * dist[seen], **FP32)
+        assert (a.bias == float("-inf")).any() and (a.bias[torch.isfinite(a.bias)] < 0).any()
+
+
+def test_lookhere_tells_left_from_right_where_alibi2d_cannot(tiny):
+    """Mirroring the grid left-right swaps the left- and right-looking heads (180 degrees: heads 2 and 3)."""
+    grid = (6, 8)
+    mir = mirror_lr(grid)
+    bias = tiny("lookhere").pos.attention(grid)[0].bias  # 4 heads: up, down, left, right
+    mirrored = bias[:, mir][:, :, mir]
+    assert not torch.equal(mirrored, bias)
+    torch.testing.assert_close(mirrored, bias[[0, 1, 3, 2]], **EXACT)
+
+
+@pytest.mark.parametrize("method", POS_REGISTRY["lookhere"].methods)
+def test_lookhere_class_token_rows_and_cols_are_zero_and_no_row_is_fully_masked(tiny, method):
+    m = tiny("lookhere", class_token=True, global_pool="token")
+    m.pos.method = method
+    for grid in [TRAIN, (12, 10), (4, 5)]:
+        n = grid[0] * grid[1]
+        for a in m.pos.attention(grid):
+            assert a.bias.shape == (m.pos.num_heads, n + 1, n + 1)
+            assert (a.bias[:, 0] == 0).all() and (a.bias[:, :, 0] == 0).all()
+            assert torch.isfinite(a.bias.diagonal(dim1=-2, dim2=-1)).all()
+
+
+def test_lookhere_scaled_method_and_bad_options(tiny):
+    m = tiny("lookhere")
+    train = m.pos.attention(TRAIN)[0].bias
+    m.pos.method = "scaled"
+    big = m.pos.attention((16, 16))[0].bias
+    even = (torch.arange(0, 16, 2)[:, None] * 16 + torch.arange(0, 16, 2)[None, :]).flatten()
+    torch.testing.assert_close(big[:, even][:, :, even], train, **FP32)
+    for bad in ({"fov": 60}, {"global_slope": -1.0}, {"layer_slopes": (1.0, -0.5)}):
+        with pytest.raises(ValueError, match="lookhere"):
+            tiny("lookhere", pos_kwargs=bad)
+
+
+def test_bias_schemes_keep_a_fixed_bias_out_of_the_learned_path(tiny):
+    """No parameters: the bias needs no gradient, so attention hands SDPA a fixed 4-D mask (the fused kernel)."""
+    for name in ("alibi2d", "lookhere", "alibi2d+peg"):
+        m = tiny(name).train()
+        assert all(not a.bias.requires_grad for a in m.pos.attention(TRAIN))
+
+
+# ---------------------------------------------------------------------------------------------
+# rope2d-norm
+# ---------------------------------------------------------------------------------------------
+
+
+def norm_coords_by_hand(grid, lengths):
+    """DINOv3's construction: arange(0.5, n) / D, then 2c - 1, per axis; (N, 2) as (y, x)."""
+    cy = (torch.arange(0.5, grid[0]) / lengths[0]) * 2 - 1
+    cx = (torch.arange(0.5, grid[1]) / lengths[1]) * 2 - 1
+    return torch.stack(torch.meshgrid(cy, cx, indexing="ij"), -1).reshape(-1, 2)
+
+
+@pytest.mark.parametrize("normalize", ["separate", "min", "max"])
+@pytest.mark.parametrize("grid", [TRAIN, (4, 10), (12, 6)], ids=str)
+def test_rope2d_norm_coordinates_and_angles_follow_dinov3(tiny, normalize, grid):
+    m = tiny("rope2d-norm", embed_dim=64, pos_kwargs={"normalize": normalize}).eval()  # head dim 16
+    lengths = {"separate": grid, "min": (min(grid),) * 2, "max": (max(grid),) * 2}[normalize]
+    c = norm_coords_by_hand(grid, lengths)
+    torch.testing.assert_close(m.pos.coords(grid), c, **FP32)
+    if normalize == "separate":  # patch centres fill [-1, 1] symmetrically on both axes
+        assert c.min(0).values.tolist() == pytest.approx([-1 + 1 / grid[0], -1 + 1 / grid[1]])
+        assert c.max(0).values.tolist() == pytest.approx([1 - 1 / grid[0], 1 - 1 / grid[1]])
+    periods = 100.0 ** (2 * torch.arange(4) / 8)  # DINOv3: base^(2k / (D_head/2)), D_head/4 periods
+    angles = 2 * math.pi * c[:, :, None] / periods  # (N, 2, d/4): row pairs first, then column pairs
+    rot = m.pos.attention(grid)[0].rope
+    assert rot.dtype == torch.float32 and rot.shape == (grid[0] * grid[1], 8, 2)
+    torch.testing.assert_close(rot[..., 0], angles.flatten(1).cos(), **FP32)
+    torch.testing.assert_close(rot[..., 1], angles.flatten(1).sin(), **FP32)
+
+
+def test_rope2d_norm_extrapolate_keeps_the_training_spacing(tiny):
+    m = tiny("rope2d-norm").eval()
+    big = (16, 12)
+    m.pos.method = "extrapolate"
+    c = m.pos.coords(big)
+    torch.testing.assert_close(c, norm_coords_by_hand(big, TRAIN), **FP32)
+    step_y, step_x = c[big[1], 0] - c[0, 0], c[1, 1] - c[0, 1]
+    assert float(step_y) == pytest.approx(2 / TRAIN[0]) and float(step_x) == pytest.approx(2 / TRAIN[1])
+    assert float(c.max()) > 1.0  # a larger grid reaches beyond the trained [-1, 1]
+    torch.testing.assert_close(c[: TRAIN[1]], m.pos.coords(TRAIN)[: TRAIN[1]], **EXACT)  # first row as trained
+    m.pos.method = "normalized"
+    c = m.pos.coords(big)
+    assert float(c[1, 1] - c[0, 1]) == pytest.approx(2 / big[1])  # implicit interpolation: squeezed
+    assert float(c.abs().max()) < 1.0
+
+
+def test_rope2d_norm_augments_only_in_training_with_dinov3_ranges(tiny):
+    m = tiny("rope2d-norm")  # released defaults: rescale 2, shift and jitter off
+    assert (m.pos.shift, m.pos.jitter, m.pos.rescale) == (None, None, 2.0)
+    base = m.pos.eval().coords(TRAIN)
+    m.pos.train()
+    ratios = torch.stack([m.pos.coords(TRAIN) / base for _ in range(200)])  # (draws, N, 2)
+    per_draw = ratios[:, 0, 0]
+    torch.testing.assert_close(ratios, per_draw[:, None, None].expand_as(ratios), **FP32)  # one shared scale
+    assert per_draw.min() >= 0.5 - 1e-6 and per_draw.max() <= 2.0 + 1e-6
+    assert per_draw.min() < 0.6 and per_draw.max() > 1.7  # log-uniform over the whole range
+    assert (per_draw.log().mean()).abs() < 0.15  # symmetric in log space
+    # evaluation: deterministic and cached
+    m.eval()
+    with torch.no_grad():
+        x = torch.randn(2, 3, 32, 32)
+        torch.testing.assert_close(m(x), m(x), **EXACT)
+        misses = m.pos.cache_misses
+        m(x)
+    assert m.pos.cache_misses == misses
+    # training: a fresh draw every forward, never from the cache, reproducible from the seed
+    m.train()
+    torch.manual_seed(3)
+    a = m.pos.attention(TRAIN)[0].rope
+    b = m.pos.attention(TRAIN)[0].rope
+    torch.manual_seed(3)
+    assert not torch.equal(a, b) and torch.equal(m.pos.attention(TRAIN)[0].rope, a)
+
+
+def test_rope2d_norm_shift_and_jitter(tiny):
+    m = tiny("rope2d-norm", pos_kwargs={"shift": 0.5, "jitter": 1.5, "rescale": None})
+    base = m.pos.eval().coords(TRAIN)
+    m.pos.train()
+    shifts, scales = [], []
+    for _ in range(200):
+        c = m.pos.coords(TRAIN)
+        # c = (base + u) * s per axis: s from the spread, u from the mean (base is centred)
+        s = (c.max(0).values - c.min(0).values) / (base.max(0).values - base.min(0).values)
+        scales.append(s)
+        shifts.append(c.mean(0) / s - base.mean(0))
+        torch.testing.assert_close(c, (base + shifts[-1]) * s, **FP32)
+    scales, shifts = torch.stack(scales), torch.stack(shifts)
+    assert scales.min() >= 1 / 1.5 - 1e-5 and scales.max() <= 1.5 + 1e-5
+    assert (scales[:, 0] != scales[:, 1]).all()  # jitter: one scale per axis
+    assert shifts.abs().max() <= 0.5 + 1e-5 and shifts.abs().max() > 0.4
+    m.pos.shift = m.pos.jitter = None
+    torch.testing.assert_close(m.pos.coords(TRAIN), base, **EXACT)  # nothing on: training is evaluation
+    with pytest.raises(ValueError, match="rescale"):
+        tiny("rope2d-norm", pos_kwargs={"rescale": 0.5})
+    with pytest.raises(ValueError, match="normalize"):
+        tiny("rope2d-norm", pos_kwargs={"normalize": "area"})
+
+
+def shifted_logits(rope_small, rope_big, small, big, shift, n=256, heads=None):
+    """Logits of random (q, k) at positions (p, r) of ``small`` and at (p + shift, r + shift) of ``big``."""
+    d = 2 * rope_small.shape[-2]
+    q, k = torch.randn(n, d), torch.randn(n, d)
+    y1, y2 = torch.randint(0, small[0], (2, n))
+    x1, x2 = torch.randint(0, small[1], (2, n))
+    i, j = y1 * small[1] + x1, y2 * small[1] + x2
+    bi, bj = (y1 + shift[0]) * big[1] + x1 + shift[1], (y2 + shift[0]) * big[1] + x2 + shift[1]
+    here = (rotate(q, rope_small[i]) * rotate(k, rope_small[j])).sum(-1)
+    there = (rotate(q, rope_big[bi]) * rotate(k, rope_big[bj])).sum(-1)
+    return here, there, (q * k).sum(-1)
+
+
+@pytest.mark.parametrize("method", POS_REGISTRY["rope2d-norm"].methods)
+def test_rope2d_norm_is_relative_in_evaluation(tiny, method):
+    m = tiny("rope2d-norm", embed_dim=64).eval()
+    m.pos.method = method
+    grid = (12, 12) if method == "normalized" else (13, 15)
+    rope = m.pos.attention(grid)[0].rope
+    small = TRAIN
+    # normalized: within one grid, shifting both tokens; extrapolate: into a larger grid, spacing kept
+    ref = m.pos.attention(small)[0].rope if method == "extrapolate" else rope[
+        (torch.arange(8)[:, None] * 12 + torch.arange(8)[None, :]).flatten()]  # fmt: skip
+    here, there, plain = shifted_logits(ref, rope, small, grid, (3, 4))
+    torch.testing.assert_close(there, here, **LOGIT)
+    assert (here - plain).abs().max() > VISIBLY  # the rotation does something
+
+
+def test_rope2d_norm_angles_stay_fp32_under_bf16_autocast(tiny):
+    m = tiny("rope2d-norm", pos_kwargs={"base": 10000.0}).eval()
+    grid = (40, 40)
+    m.pos.method = "extrapolate"  # coordinates up to 9, where bf16 (8 bits of mantissa) is off by 1/32
+    ref = m.pos.attention(grid)[0].rope
+    m.pos._cache.clear()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        rope = m.pos.attention(grid)[0].rope
+        out = m(torch.randn(1, 3, 160, 160))
+    assert out.dtype == torch.bfloat16 and rope.dtype == torch.float32
+    torch.testing.assert_close(rope, ref, **EXACT)
+    m.pos.train()
+    torch.manual_seed(0)
+    ref = m.pos.attention(grid)[0].rope
+    torch.manual_seed(0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.testing.assert_close(m.pos.attention(grid)[0].rope, ref, **EXACT)  # augmented, too
+
+
+# ---------------------------------------------------------------------------------------------
+# liere
+# ---------------------------------------------------------------------------------------------
+
+
+def liere_by_hand(pos, layer, grid, ref_grid):
+    """fp64 exp(y G_y + x G_x) per head and block, from the parameter: (heads, N, d/b, b, b)."""
+    g = skew_from_coefficients(pos.generators[layer].detach().double(), pos.block_size)  # (heads, 2, K, b, b)
+    ys, xs = grid_yx(grid)
+    y, x = ys.double() / max(ref_grid[0] - 1, 1), xs.double() / max(ref_grid[1] - 1, 1)
+    a = y[None, :, None, None, None] * g[:, None, 0] + x[None, :, None, None, None] * g[:, None, 1]
+    return torch.linalg.matrix_exp(a)
+
+
+def test_skew_from_coefficients():
+    c = torch.randn(2, 6)
+    s = skew_from_coefficients(c, 4)
+    torch.testing.assert_close(s, -s.transpose(-1, -2), **EXACT)
+    assert s[0, 0, 1] == c[0, 0] and s[0, 0, 3] == c[0, 2] and s[0, 2, 3] == c[0, 5]
+    assert (s.diagonal(dim1=-2, dim2=-1) == 0).all()
+
+
+@pytest.mark.parametrize("b", [2, 5, 8])
+def test_skew_exp_matches_matrix_exp_and_its_gradient(b):
+    """The eigendecomposition path agrees with torch's matrix_exp, value and gradient, at A = 0 too."""
+    coeffs = torch.randn(6, b * (b - 1) // 2, dtype=torch.float64) * 3
+    coeffs[0] = 0  # the origin token: all eigenvalues equal
+    a = skew_from_coefficients(coeffs, b).requires_grad_()
+    g = torch.randn(6, b, b, dtype=torch.float64)
+    ours, ref = SkewExp.apply(a), torch.linalg.matrix_exp(a)
+    torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
+    (grad_ours,) = torch.autograd.grad(ours, a, g)
+    (grad_ref,) = torch.autograd.grad(ref, a, g)
+    torch.testing.assert_close(grad_ours, grad_ref, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(grad_ours[0], g[0], rtol=1e-12, atol=1e-12)  # d exp at 0 is the identity map
+    a32 = a.detach().float().requires_grad_()
+    out32 = SkewExp.apply(a32)
+    assert out32.dtype == torch.float32
+    torch.testing.assert_close(out32.double(), ref.detach(), **FP32)
+
+
+@pytest.mark.parametrize("block_size", [None, 2, 4])
+@pytest.mark.parametrize("grid", [TRAIN, (5, 11)], ids=str)
+def test_liere_rotations_are_orthogonal_exponentials_of_the_generators(tiny, block_size, grid):
+    m = tiny("liere", pos_kwargs={} if block_size is None else {"block_size": block_size})
+    b = block_size or m.pos.head_dim  # default: one dense block over the head
+    assert m.pos.block_size == b
+    assert m.pos.generators.shape == (2, 4, 2, 8 // b, b * (b - 1) // 2)
+    assert m.pos.generators.min() >= 0 and m.pos.generators.max() < 2 * math.pi  # LieRE's U[0, 2 pi) init
+    for layer, a in enumerate(m.pos.attention(grid)):
+        r = a.rotation
+        assert a.rope is None and a.bias is None and r.dtype == torch.float32
+        assert r.shape == (4, grid[0] * grid[1], 8 // b, b, b)
+        torch.testing.assert_close(r.detach().double(), liere_by_hand(m.pos, layer, grid, TRAIN), **FP32)
+        eye = torch.eye(b).expand_as(r)
+        torch.testing.assert_close(r.transpose(-1, -2) @ r, eye, **FP32)  # orthogonal
+        torch.testing.assert_close(torch.linalg.det(r.detach()), torch.ones(r.shape[:-2]), **DET)  # in SO(b)
+        torch.testing.assert_close(r[:, 0], eye[:, 0], **FP32)  # R(0) = I at token (0, 0)
+        x = torch.randn(2, 4, grid[0] * grid[1], 8)
+        torch.testing.assert_close(rotate_blocks(x, r).norm(dim=-1), x.norm(dim=-1), **FP32)
+        assert (rotate_blocks(x, r) - x).abs().max() > VISIBLY
+
+
+def test_liere_block_2_is_rope_mixed(tiny):
+    """b = 2: exp([[0, a], [-a, 0]]) turns each pair by -a, a = y g_y + x g_x: rope with learned 2D frequencies."""
+    m = tiny("liere", pos_kwargs={"block_size": 2})
+    grid = (6, 7)
+    ys, xs = grid_yx(grid)
+    g = m.pos.generators[0].detach()[..., 0]  # (heads, 2, d/2)
+    angle = -(ys[None, :, None] / 7 * g[:, None, 0] + xs[None, :, None] / 7 * g[:, None, 1])  # (heads, N, d/2)
+    rope = torch.stack([angle.cos(), angle.sin()], dim=-1)
+    x = torch.randn(3, 4, 42, 8)
+    torch.testing.assert_close(rotate_blocks(x, m.pos.attention(grid)[0].rotation), rotate(x, rope), **FP32)
+
+
+def liere_shift_gap(m, small, big, shift, row0=False):
+    """max |logit(p, r) - logit(p + shift, r + shift)| over random pairs and heads of block 0."""
+    rot_small = m.pos.attention(small)[0].rotation  # (heads, N, K, b, b)
+    rot_big = rot_small if big == small else m.pos.attention(big)[0].rotation
+    heads, n, d = m.pos.num_heads, 256, m.pos.head_dim
+    q, k = torch.randn(1, heads, n, d), torch.randn(1, heads, n, d)
+    y1, y2 = torch.zeros(2, n, dtype=torch.long) if row0 else torch.randint(0, small[0] - shift[0], (2, n))
+    x1, x2 = torch.randint(0, small[1] - shift[1], (2, n))
+    i, j = y1 * small[1] + x1, y2 * small[1] + x2
+    bi, bj = (y1 + shift[0]) * big[1] + x1 + shift[1], (y2 + shift[0]) * big[1] + x2 + shift[1]
+
+    def logits(rot, a, b):
+        return (rotate_blocks(q, rot[:, a]) * rotate_blocks(k, rot[:, b])).sum(-1)
+
+    here, there = logits(rot_small, i, j), logits(rot_big, bi, bj)
+    assert (here - (q * k).sum(-1)).abs().max() > VISIBLY  # the rotation does something
+    return float((here - there).detach().abs().max())
+
+
+def test_liere_relative_when_generators_commute(tiny):
+    """b = 2 always commutes: 2D shifts keep every logit. Dense blocks with G_x = c G_y commute too."""
+    m = tiny("liere", pos_kwargs={"block_size": 2}).eval()
+    assert liere_shift_gap(m, (12, 12), (12, 12), (3, 2)) < LOGIT["atol"] * 10
+    dense = tiny("liere").eval()
+    with torch.no_grad():
+        dense.pos.generators[:, :, 1] = 0.7 * dense.pos.generators[:, :, 0]  # G_x = 0.7 G_y: they commute
+        dense.pos.generators.mul_(0.2)  # keep angles moderate so fp32 exponentials agree to LOGIT
+    assert liere_shift_gap(dense, (12, 12), (12, 12), (3, 2)) < LOGIT["atol"] * 10
+
+
+def test_liere_dense_is_not_relative_in_2d_but_is_along_a_line_through_the_origin(tiny):
+    m = tiny("liere").eval()  # b = head dim: G_y, G_x drawn independently do not commute
+    with torch.no_grad():
+        m.pos.generators.mul_(0.2)
+    g = skew_from_coefficients(m.pos.generators[0, 0].double(), 8)[:, 0]  # head 0: (2, b, b)
+    assert (g[0] @ g[1] - g[1] @ g[0]).abs().max() > VISIBLY
+    assert liere_shift_gap(m, (12, 12), (12, 12), (3, 2)) > VISIBLY  # absolute position enters the logit
+    # along the first row, positions (0, x) are multiples of one generator: shifting along it is relative
+    assert liere_shift_gap(m, (12, 12), (12, 12), (0, 3), row0=True) < LOGIT["atol"] * 10
+
+
+def test_liere_transfer_methods(tiny):
+    m = tiny("liere").eval()
+    train = m.pos.attention(TRAIN)[0].rotation
+    inner = (torch.arange(8)[:, None] * 16 + torch.arange(8)[None, :]).flatten()
+    torch.testing.assert_close(m.pos.attention((16, 16))[0].rotation[:, inner], train, **FP32)  # extrapolate
+    m.pos.method = "interpolate"  # the 15x15 grid squeezed onto [0, 1]: token (2i, 2j) sits where (i, j) did
+    big = m.pos.attention((15, 15))[0].rotation
+    even = (torch.arange(0, 15, 2)[:, None] * 15 + torch.arange(0, 15, 2)[None, :]).flatten()
+    torch.testing.assert_close(big[:, even], train, **FP32)
+    torch.testing.assert_close(big.detach().double(), liere_by_hand(m.pos, 0, (15, 15), (15, 15)), **FP32)
+
+
+def test_liere_class_token_gets_the_identity_and_generators_learn_without_decay(tiny):
+    m = tiny("liere", class_token=True, global_pool="token")
+    for a in m.pos.attention((6, 9)):
+        assert a.rotation.shape == (4, 55, 1, 8, 8)
+        assert torch.equal(a.rotation[:, 0], torch.eye(8).expand(4, 1, 8, 8))
+    m.train()
+    m(torch.randn(2, 3, 24, 36)).square().mean().backward()
+    g = m.pos.generators.grad
+    assert g is not None and (g.flatten(2).abs().sum(-1) > 0).all()  # every block and head
+    assert m.pos.no_weight_decay() == {"generators"}
+    _, no_decay = param_groups(m, 0.05)
+    assert any(p is m.pos.generators for p in no_decay["params"])
+
+
+def test_liere_rotation_stays_fp32_under_bf16_and_rejects_bad_blocks(tiny):
+    m = tiny("liere").train()
+    ref = m.pos.attention((10, 10))[0].rotation
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        rot = m.pos.attention((10, 10))[0].rotation
+        out = m(torch.randn(1, 3, 40, 40))
+    assert rot.dtype == torch.float32 and out.dtype == torch.bfloat16
+    torch.testing.assert_close(rot, ref, **EXACT)
+    for bad in (3, 1, 16):
+        with pytest.raises(ValueError, match="block_size"):
+            tiny("liere", pos_kwargs={"block_size": bad})
+
+
+def test_compositions_of_the_new_schemes(tiny):
+    m = tiny("alibi2d+peg")
+    assert m.pos.methods == ("extrapolate+conv", "scaled+conv")
+    for a, b in zip(m.pos.attention((6, 10)), m.pos.parts["alibi2d"].attention((6, 10))):
+        assert torch.equal(a.bias, b.bias) and a.rotation is None
+    registry = {k: v for k, v in POS_REGISTRY.items() if isinstance(v, type)}
+    kw = dict(dim=32, num_heads=4, depth=2, grid=TRAIN)
+    with pytest.raises(ValueError, match="one part"):  # two q/k rotations cannot both apply
+        Composition("liere+rope2d", registry)(**kw).attention(TRAIN)
+    both = Composition("lookhere+liere", registry)(**kw)  # a bias and a block rotation combine
+    a = both.attention(TRAIN)[0]
+    assert a.bias is not None and a.rotation is not None
+    assert {"alibi2d", "lookhere", "rope2d-norm", "liere", "alibi2d+peg"} <= set(vitpos.POS_SCHEMES)
+
+
+@pytest.mark.parametrize(
+    "kwarg", ["fov=30", "block_size=3", "rescale=0.5", "bogus=1"], ids=["lookhere", "liere", "rope2d-norm", "alibi2d"]
+)
+def test_a_bad_scheme_option_is_one_line_and_exit_2(kwarg, request, tmp_path, capsys):
+    from vitpos.training import main
+
+    pos = request.node.callspec.id
+    assert main(["--pos", pos, "--pos-kwarg", kwarg, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"train.py: error: --pos {pos}:")
+    assert not (tmp_path / "run").exists()
