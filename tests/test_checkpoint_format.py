@@ -6,7 +6,7 @@ import pytest
 import torch
 from timm.layers import apply_rot_embed_cat
 
-import vitpos.model
+import vitpos.pos.base
 from vitpos.checkpoint import FORMAT, load_checkpoint, model_from_checkpoint
 from vitpos.config import Config, ConfigError
 from vitpos.lit import model_from_config, param_groups
@@ -52,7 +52,7 @@ def test_format1_rope_checkpoint_computes_what_it_did(tmp_path, monkeypatch, pos
     x = torch.randn(2, 3, 40, 24)  # an unseen, non-square grid
     with torch.no_grad():
         with monkeypatch.context() as mp:
-            mp.setattr(vitpos.model, "rotate", rotate_half)
+            mp.setattr(vitpos.pos.base, "rotate", rotate_half)
             before = old(x)
         misread = old(x)  # the old weights under the new pairing: a different model
         _, new = model_from_checkpoint(path)

@@ -472,7 +472,7 @@ def test_liere_class_token_gets_the_identity_and_generators_learn_without_decay(
     g = m.pos.generators.grad
     assert g is not None and (g.flatten(2).abs().sum(-1) > 0).all()  # every block and head
     assert m.pos.no_weight_decay() == {"generators"}
-    _, no_decay = param_groups(m, 0.05)
+    _, no_decay = param_groups(m, 0.05, 1e-3)
     assert any(p is m.pos.generators for p in no_decay["params"])
 
 
