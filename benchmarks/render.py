@@ -96,11 +96,11 @@ def render_results(data: dict) -> str:
     swept = [(p, s) for p, s in order if sum(1 for sc in scales if by.get((p, s, sc))) > 2]
     if swept:
         header = "| scheme | " + " | ".join(f"x {sc:g}" for sc in scales) + " |"
-        lines += ["", "The scales measured to choose the default (test top-1, seed 0):", "", header,
+        lines += ["", "Every scale measured (test top-1 of each seed, seeds 0 / 1 / 2 where run):", "", header,
                   "|---|" + "---|" * len(scales)]  # fmt: skip
         for pos, stem in swept:
-            cells = [next((pct(r["test_top1"]) for r in by.get((pos, stem, sc), []) if r["seed"] == 0), "–")
-                     for sc in scales]  # fmt: skip
+            seeds = [sorted(by.get((pos, stem, sc), []), key=lambda r: r["seed"]) for sc in scales]
+            cells = [" / ".join(pct(r["test_top1"]) for r in rs) or "–" for rs in seeds]
             lines.append(f"| {label(pos, stem)} | " + " | ".join(cells) + " |")
     lines += ["", "## What the intervals allow", ""]
     bag = by.get(("none", "patch", default))

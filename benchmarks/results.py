@@ -2,10 +2,10 @@
 
     python benchmarks/results.py                    # docs/results.json; then: python benchmarks/render.py
 
-Each run is ``python train.py --pos P --stem S --seed K --out RUNS/P-S-lrX-seedK`` with nothing else but
-``--pos-lr-scale X``: the budget a user gets from ``python train.py --pos P``. Runs at the default scale give
-the headline table; schemes with position parameters are also run at scale 1 (the rule off), the ablation.
-Schemes without position parameters train identically at every scale, so they are run once. A finished run
+Each run is ``python train.py --pos P --stem S --seed K --out RUNS/P-S-seedK`` with nothing else: the budget
+a user gets from ``python train.py --pos P``. Schemes with position parameters pass ``--pos-lr-scale X`` too
+(folders ``P-S-lrX-seedK``): the default scale for the headline table, and scale 1 (the rule off) for the
+ablation. Schemes without position parameters train identically at every scale, so they are run once. A finished run
 (results.json) is reused, so an interrupted benchmark continues where it stopped.
 """
 
@@ -38,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--others", nargs="+", default=OTHERS, metavar="POS:STEM", help="runs with --other-seeds")
     p.add_argument("--other-seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--ablation-seeds", type=int, nargs="+", default=[0], help="seeds of the rule-off runs")
+    tried = ((10, 0), (10, 1), (10, 2), (100, 0))  # (scale, seed)
+    sweep = [f"{pos}:patch:{sc}:{k}" for pos in ("learned", "relbias") for sc, k in tried]
+    p.add_argument("--sweep", nargs="*", default=sweep, metavar="POS:STEM:SCALE:SEED",
+                   help="further runs at other scales: how the default scale was chosen")  # fmt: skip
     p.add_argument("--scale", type=float, default=default_scale, help="the position lr scale under test")
     p.add_argument("--out", default="runs/bench-shapes", help="folder of the training runs")
     p.add_argument("--json", default=str(ROOT / "docs" / "results.json"))
@@ -49,19 +53,26 @@ def main(argv: list[str] | None = None) -> int:
     plan += [(spec, seed, args.scale) for spec in args.others for seed in args.other_seeds]
     with_params = [s for s in dict.fromkeys(args.runs + args.others) if has_pos_params(s.split(":")[0])]
     plan += [(spec, seed, 1.0) for spec in with_params for seed in args.ablation_seeds]
+    for item in args.sweep:
+        pos, stem, scale, seed = item.split(":")
+        plan.append((f"{pos}:{stem}", int(seed), float(scale)))
+    plan = list(dict.fromkeys(plan))
     runs = []
     for spec, seed, scale in plan:
         pos, _, stem = spec.partition(":")
         if pos not in POS_SCHEMES:
             p.error(f"unknown scheme '{pos}'")
-        run_dir = out / f"{pos}-{stem}-lr{scale:g}-seed{seed}"
-        flags = ["--pos", pos, "--stem", stem, "--seed", str(seed), "--pos-lr-scale", f"{scale:g}"]
+        flags = ["--pos", pos, "--stem", stem, "--seed", str(seed)]
+        if spec in with_params:
+            run_dir = out / f"{pos}-{stem}-lr{scale:g}-seed{seed}"
+            flags += ["--pos-lr-scale", f"{scale:g}"]
+        else:  # no position parameters: the same training at every scale
+            run_dir = out / f"{pos}-{stem}-seed{seed}"
         res = train_run(run_dir, flags, args.retrain)
         rel = run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir
         runs.append({"pos": pos, "stem": stem, "seed": seed, "pos_lr_scale": scale, "pos_params": spec in with_params,
                      "best_val_top1": res["best_val_top1"], "test_top1": res["test"]["test/top1"],
-                     "train_seconds": res["train_seconds"], "steps": res["global_step"],
-                     "run": str(rel)})  # fmt: skip
+                     "train_seconds": res["train_seconds"], "steps": res["global_step"], "run": str(rel)})  # fmt: skip
     cfg = Config()
     budget = {"embed_dim": cfg.model.embed_dim, "depth": cfg.model.depth, "num_heads": cfg.model.num_heads,
               "patch_size": cfg.model.patch_size, "img_size": cfg.model.img_size, "epochs": cfg.optim.epochs,

@@ -94,7 +94,7 @@ class OptimConfig:
     # lr * pos_lr_scale. Under Adam a parameter moves at most about the summed learning rate, ~0.3 over the
     # default schedule, while a position table starting at std .02 must grow to the tokens' scale:
     # at scale 1 `learned` and `relbias` stall (docs/results.md has the ablation).
-    pos_lr_scale: float = 10.0
+    pos_lr_scale: float = 30.0
     weight_decay: float = 0.05
     warmup_epochs: float = 1.0
     min_lr_ratio: float = 0.01
