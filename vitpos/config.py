@@ -50,25 +50,25 @@ def opt(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = da
     return field(default=default, metadata=meta)
 
 
-def _pos_names() -> tuple[str, ...]:
+def pos_names() -> tuple[str, ...]:
     from .pos import POS_SCHEMES
 
     return tuple(POS_SCHEMES)
 
 
-def _stem_names() -> tuple[str, ...]:
+def stem_names() -> tuple[str, ...]:
     from .stems import STEMS
 
     return tuple(STEMS)
 
 
-def _data_names() -> tuple[str, ...]:
+def data_names() -> tuple[str, ...]:
     from .data import DATA_NAMES
 
     return tuple(DATA_NAMES)
 
 
-def _strategy_names() -> tuple[str, ...]:
+def strategy_names() -> tuple[str, ...]:
     from lightning.pytorch.strategies import StrategyRegistry
 
     return ("auto", *StrategyRegistry.available_strategies())
@@ -80,8 +80,8 @@ ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")
 
 @dataclass
 class ModelConfig:
-    pos: str = opt("rope2d", "position scheme", choices=_pos_names)
-    stem: str = opt("patch", "patch: Conv2d k=s=p; conv: stacked 3x3 convs", choices=_stem_names)
+    pos: str = opt("rope2d", "position scheme", choices=pos_names)
+    stem: str = opt("patch", "patch: Conv2d k=s=p; conv: stacked 3x3 convs", choices=stem_names)
     img_size: int = opt(32, "training resolution (pixels)", gt=0)
     patch_size: int = opt(4, "patch side (pixels)", gt=0)
     in_chans: int = opt(3, "input channels (set from the data set)", cli=False, gt=0)
@@ -101,7 +101,7 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    name: str = opt("shapes", "data set (shapes is embedded; the others read --data-dir)", choices=_data_names,
+    name: str = opt("shapes", "data set (shapes is embedded; the others read --data-dir)", choices=data_names,
                     flag="data")  # fmt: skip
     data_dir: str | None = opt(None, "where the data set's files are", resumable=True)
     download: bool = opt(False, "allow downloading the data set", resumable=True)
@@ -153,7 +153,7 @@ class TrainerConfig:
     accelerator: str = opt("cpu", "device type", choices=ACCELERATORS, resumable=True)
     devices: int = opt(1, "devices per node", gt=0)
     num_nodes: int = opt(1, "nodes", gt=0)
-    strategy: str = opt("auto", "Lightning strategy", choices=_strategy_names, resumable=True)
+    strategy: str = opt("auto", "Lightning strategy", choices=strategy_names, resumable=True)
     precision: str = opt("32-true", "numeric precision", choices=PRECISIONS, resumable=True)
     seed: int = opt(0, "random seed")
     out: str | None = opt(None, "run folder (default: a fresh folder under runs/)", resumable=True)
