@@ -13,7 +13,7 @@ import dataclasses
 import typing
 from typing import Any
 
-from .config import Config, ConfigError, apply_preset, check, choices_of, flag_of, walk
+from .config import Config, ConfigError, apply_preset, check, choices_of, coerce, flag_of, walk
 
 _SECTION_TITLES = {"model": "model", "data": "data", "optim": "optimisation", "trainer": "trainer"}
 
@@ -116,13 +116,14 @@ def config_from_args(args: argparse.Namespace, base: Config | None = None) -> Co
         cfg = Config()
     if "model" in given:
         apply_preset(cfg.model, given["model"])
-    for _, section, f in walk(cfg):
+    for name, section, f in walk(cfg):
         if f.name not in given:
             continue
         value = given[f.name]
         if isinstance(getattr(section, f.name), dict):  # KEY=VALUE items update the mapping
             value = {**getattr(section, f.name), **_key_values(value, flag_of(f))}
-        setattr(section, f.name, value)
+        hint = typing.get_type_hints(type(section))[f.name]
+        setattr(section, f.name, coerce(value, hint, f"{name}.{f.name}"))  # e.g. nargs=2 list -> tuple
     validate(cfg)
     return cfg
 

@@ -226,10 +226,11 @@ def _describe(tp: Any) -> str:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         return " or ".join("null" if a is type(None) else _describe(a) for a in args)
+    plural = {bool: "true/false values", int: "integers", float: "numbers", str: "strings"}
     if origin is tuple:
-        return f"a list of {len(args)} {_describe(args[0])}s"
+        return f"a list of {len(args)} {plural.get(args[0], args[0])}"
     if origin is list:
-        return f"a list of {_describe(args[0])}s"
+        return f"a list of {plural.get(args[0], args[0])}"
     if origin is dict:
         return "a mapping"
     return {bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(tp, str(tp))

@@ -97,6 +97,7 @@ class LitViT(L.LightningModule):
         if o.ema > 0:
             self.ema = ModelEmaV3(self.model, decay=o.ema)
             self.ema.requires_grad_(False)  # never optimised (and DDP must not wait for its gradients)
+            self.ema.train(self.training)  # Lightning switches train/eval for the whole module; start in step
 
     def forward(self, images: Tensor) -> Tensor:
         return self.model(images)
