@@ -117,6 +117,8 @@ def test_ddp_two_cpu_processes_trains_and_its_checkpoint_loads(tmp_path):
                           "--strategy", "ddp"))  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     assert "global batch = 16 per device x 2 devices x 1 nodes = 32" in r.stdout
+    for noise in ("Tip:", "GPU available", "LeafSpec", "smaller than the logging interval", "Restoring states"):
+        assert noise not in r.stdout + r.stderr, noise  # 8 steps < log_every_n_steps: that warning was due here
     # 256 images, 16 per device, 2 ranks: each rank sees its own 128-image shard -> 8 steps.
     assert results(out)["global_step"] == 8
     cfg, model = model_from_checkpoint(out / "checkpoints" / "last.ckpt")
@@ -466,3 +468,17 @@ def test_checkpoints_have_the_permissions_of_every_other_file(good_ckpt):
     for name, mode in modes.items():
         assert mode == modes["config.yaml"], name  # group and others may read the checkpoints as they read the rest
     assert modes["config.yaml"] & 0o044  # readable by colleagues under the usual umask (022)
+
+
+def test_quiet_logs_keep_real_warnings():
+    import warnings
+
+    from vitpos.training import quiet_logs
+
+    quiet_logs()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        quiet_logs()  # its filters go first, as they do in train.py
+        warnings.warn("The number of training batches (4) is smaller than the logging interval", stacklevel=1)
+        warnings.warn("a real problem", stacklevel=1)
+    assert [str(w.message) for w in caught] == ["a real problem"]
