@@ -19,6 +19,11 @@ format: .venv
 slow: .venv
 	$(PY) -m pytest -q -m slow
 
+# Execute the notebooks in place on the results in docs/ (they are stored with their outputs; the tests
+# re-execute them and compare the text).
+notebooks: .venv
+	$(PY) notebooks/execute.py
+
 bench-results: .venv
 	$(PY) benchmarks/results.py
 
@@ -28,4 +33,4 @@ bench-resolution: .venv
 bench-throughput: .venv
 	$(PY) benchmarks/throughput.py --repeats 8 --write docs/performance.md
 
-.PHONY: train test lint format slow bench-results bench-resolution bench-throughput
+.PHONY: train test lint format slow notebooks bench-results bench-resolution bench-throughput

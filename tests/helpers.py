@@ -17,21 +17,18 @@ def with_grads(m, img=(32, 32)):
     return m
 
 
-def run_notebook(name: str, monkeypatch, timeout: int = 180, **env: str) -> str:
-    """Execute notebooks/NAME with ``env`` set (it must be stored without outputs); return its text output."""
-    import nbclient
-    import nbformat
+def notebook_runner():
+    """notebooks/execute.py as a module: the code `make notebooks` runs, used here the same way."""
+    import importlib.util
 
-    for k, v in {"MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env}.items():
-        monkeypatch.setenv(k, v)
-    nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "store the notebook without outputs"
-    nbclient.NotebookClient(
-        nb, kernel_name="python3", timeout=timeout, resources={"metadata": {"path": str(ROOT)}}
-    ).execute()
-    return "".join(
-        o.get("text", "") + str(o.get("data", {}).get("text/markdown", ""))
-        for c in nb.cells
-        if c.cell_type == "code"
-        for o in c.outputs
-    )
+    spec = importlib.util.spec_from_file_location("notebooks_execute", ROOT / "notebooks" / "execute.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_notebook(name: str, monkeypatch=None, timeout: int = 180, **env: str) -> str:
+    """Execute notebooks/NAME from a clean state with ``env`` set (the stored file is not changed); its text output."""
+    runner = notebook_runner()
+    nb = runner.execute(ROOT / "notebooks" / name, timeout=timeout, MPLBACKEND="Agg", **env)
+    return "".join(runner.text_outputs(nb))

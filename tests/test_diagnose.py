@@ -200,6 +200,59 @@ def test_cli_bad_input_fails_in_one_line(ckpt, tmp_path, capsys):
     assert "is a file" in _one_line_error(capsys.readouterr().err)
 
 
+def test_default_out_is_the_run_folder(ckpt, capsys):
+    out = ckpt.parent.parent / "diagnostics"
+    assert dg.main(["--ckpt", str(ckpt), "--num-images", "8"]) == 0
+    assert json.loads((out / "diagnostics.json").read_text())["scheme"] == "learned"
+    assert f"to {out}" in capsys.readouterr().out
+
+
+def test_text_file_as_checkpoint_is_one_line(tmp_path, capsys):
+    text = tmp_path / "notes.txt"
+    text.write_text("hello\n")
+    assert dg.main(["--ckpt", str(text), "--out", str(tmp_path / "o")]) == 2
+    assert "truncated or corrupt" in _one_line_error(capsys.readouterr().err)
+
+
+# -- pictures that do not mislead -----------------------------------------------------------------
+def _images(fig):
+    return [im for ax in fig.axes for im in ax.get_images()]
+
+
+def test_offset_maps_pick_the_colour_map_by_sign_and_label_their_axes():
+    import matplotlib.pyplot as plt
+
+    extent = dg._offset_extent((4, 4))
+    positive = dg._heads_figure(torch.rand(1, 2, 4, 4) + 0.5, ["block 0"], "t", "v", extent)
+    for im in _images(positive):  # non-negative: sequential, from 0
+        assert im.get_cmap().name == "viridis" and im.get_clim()[0] == 0
+    signed = dg._heads_figure(torch.rand(1, 2, 4, 4) - 0.7, ["block 0"], "t", "v", extent)
+    for im in _images(signed):  # signed: diverging, symmetric about 0
+        lo, hi = im.get_clim()
+        assert im.get_cmap().name == "RdBu_r" and lo == -hi
+    panels = [ax for ax in positive.axes if ax.get_images()]
+    assert {ax.get_xlabel() for ax in panels} == {"dx (patches)"} and panels[0].get_ylabel() == "dy (patches)"
+    plt.close("all")
+
+
+def test_attention_distance_heads_are_distinguishable_and_the_max_line_labelled(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    figures = []
+    monkeypatch.setattr(dg, "_save", lambda fig, path: figures.append(fig) or Path(path))
+    dg.plot_attention_distance(torch.full((3, 4), 2.0), tmp_path / "a.png", max_dist=5.0)  # all heads coincide
+    (ax,) = figures[0].axes
+    heads = ax.collections
+    assert len(heads) == 4
+    colours = {tuple(h.get_facecolor()[0]) for h in heads}
+    paths = {h.get_paths()[0].vertices.tobytes() for h in heads}
+    xs = {tuple(h.get_offsets()[:, 0]) for h in heads}
+    assert len(colours) == len(paths) == len(xs) == 4  # colour, marker and place differ per head
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["head 0", "head 1", "head 2", "head 3", "max distance on the grid (5.00)"]
+    plt.close("all")
+
+
 # -- notebook -------------------------------------------------------------------------------------
 def test_notebook_executes_on_a_tiny_result(ckpt, tmp_path, monkeypatch):
     out = tmp_path / "diag"

@@ -241,8 +241,68 @@ def test_cli_corrupt_checkpoint_and_overwrite(ckpt, tmp_path, capsys):
     assert {r["resolution"] for r in ev.load_records(out)} == {24}
 
 
-def test_default_out_is_beside_the_checkpoint(ckpt):
-    assert ev.default_out(ckpt) == ckpt.parent / "last-resolution"
+def test_default_out_is_beside_the_run(ckpt, tmp_path):
+    run = ckpt.parent.parent
+    assert ev.default_out(ckpt) == run / "resolution"  # where train.py --eval-resolutions writes its sweep
+    assert ev.default_out(run / "checkpoints" / "best-epoch003.ckpt") == run / "resolution-best-epoch003"
+    assert ev.default_out(tmp_path / "model.ckpt") == tmp_path / "model-resolution"
+    assert ev.default_out(ckpt, "diagnostics") == run / "diagnostics"
+
+
+def test_cli_shows_progress_one_line_per_job(ckpt, tmp_path, capsys, one_thread):
+    assert ev.main(["--ckpt", str(ckpt), "--resolutions", "16", "24", "--out", str(tmp_path), "--limit", "4"]) == 0
+    progress = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("vitpos.evaluate: [")]
+    methods = vitpos.POS_REGISTRY["rope2d"].methods
+    expected = [f"{r} px, method {m}" for r in (16, 24) for m in methods]
+    assert len(progress) == len(expected)
+    for i, (line, tail) in enumerate(zip(progress, expected), 1):
+        assert line.startswith(f"vitpos.evaluate: [{i}/{len(expected)}] {ckpt}: rope2d/patch at ") and line.endswith(
+            tail
+        )
+
+
+def test_cli_text_file_as_checkpoint_and_bad_trainer_names_are_one_line(tmp_path, ckpt, capsys):
+    text = tmp_path / "notes.txt"
+    text.write_text("hello\n")
+    assert ev.main(["--ckpt", str(text), "--resolutions", "16"]) == 2
+    assert "truncated or corrupt" in _one_line_error(capsys.readouterr().err)
+    bad = [(["--precision", "bf17"], "unknown --precision"), (["--strategy", "dpp"], "unknown --strategy"),
+           (["--accelerator", "tpu9"], "unknown --accelerator")]  # fmt: skip
+    for args, needle in bad:
+        assert ev.main(["--ckpt", str(ckpt), "--resolutions", "16", "--out", str(tmp_path / "o"), *args]) == 2
+        assert needle in _one_line_error(capsys.readouterr().err)
+
+
+def test_help_lists_methods_and_names(capsys):
+    with pytest.raises(SystemExit):
+        ev.build_parser().parse_args(["--help"])
+    text = capsys.readouterr().out
+    for needle in ("extrapolate", "bicubic", "ntk", "yarn", "resize", "continuous", "fashion-mnist", "bf16-mixed",
+                   "ddp", "(default: val)"):  # fmt: skip
+        assert needle in text
+
+
+def test_plot_spans_0_to_100_with_chance_and_keeps_coinciding_methods_apart():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [
+        {"checkpoint": "a.ckpt", "scheme": "rope2d", "stem": "patch", "method": m, "resolution": r, "height": r,
+         "width": r, "train_resolution": 32, "top1": 0.6, "samples": 10, "num_classes": 8}
+        for m in ("extrapolate", "interpolate") for r in (24, 32, 48)
+    ]  # fmt: skip
+    fig, ax = plt.subplots()
+    ev.plot(records, ax)
+    assert ax.get_ylim() == (0, 100)
+    (chance,) = [ln for ln in ax.lines if ln.get_label().startswith("chance")]
+    assert list(chance.get_ydata()) == [12.5, 12.5] and chance.get_label() == "chance (12.5 %)"
+    a, b = [ln for ln in ax.lines if "·" in ln.get_label()]
+    assert list(a.get_ydata()) == list(b.get_ydata())  # the two methods coincide ...
+    assert a.get_linestyle() != b.get_linestyle() and a.get_marker() != b.get_marker()  # ... and stay apart
+    assert a.get_markersize() > b.get_markersize() and a.get_linewidth() > b.get_linewidth()  # the first shows under
+    plt.close(fig)
 
 
 # -- notebook -------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
-"""Reliability: kill-and-resume, DDP on two CPU processes, non-finite loss, safe and clear checkpoint loading."""
+"""Reliability: kill-and-resume (weights and metrics history), Ctrl-C, refused resumes, the run-folder lock,
+unfinished starts, zero-step runs, DDP on two CPU processes, non-finite loss, safe and clear checkpoint loading."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -16,7 +18,7 @@ import torch
 from vitpos.checkpoint import FORMAT, load_checkpoint, model_from_checkpoint
 from vitpos.config import ConfigError
 from vitpos.lit import LitViT
-from vitpos.training import main
+from vitpos.training import LOCK, RunLock, TrainClock, main, release_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--embed-dim", "32", "--depth", "1", "--num-heads", "2", "--val-size", "32", "--test-size", "32"]
@@ -33,6 +35,20 @@ def run_cmd(cmd: list[str], timeout: float = 300) -> subprocess.CompletedProcess
 
 def results(out: Path) -> dict:
     return json.loads((out / "results.json").read_text())
+
+
+def metrics(out: Path) -> list[dict[str, str]]:
+    with (out / "logs" / "metrics.csv").open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under ``folder`` (but the lock): its bytes and modification time."""
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != LOCK}  # fmt: skip
+
+
+METRIC_ATOL = 1e-5  # a resumed run retraces the uninterrupted one (same RNG states), up to float noise
 
 
 # -- resume after SIGKILL ----------------------------------------------------------------------------------------
@@ -57,10 +73,27 @@ def test_sigkill_then_resume_reaches_the_same_step_and_weights(tmp_path):
     assert not (killed / "results.json").exists()
     step_at_kill = load_checkpoint(last)["global_step"]
     assert 0 < step_at_kill < 96
+    csv_at_kill = (killed / "logs" / "metrics.csv").read_text()
+
+    seconds_at_kill = load_checkpoint(last)["callbacks"]["TrainClock"]["seconds"]
+    assert seconds_at_kill > 0
 
     r = run_cmd([*train_cmd(killed, *args), "--resume"])
     assert r.returncode == 0, r.stderr[-2000:]
     assert results(killed)["global_step"] == results(full)["global_step"] == 96
+    # training time is summed over the two parts, not only the resumed one
+    assert results(killed)["train_seconds"] > round(seconds_at_kill, 1)
+    # The metrics history before the kill survives the resume, and rows logged after the checkpoint (and so
+    # logged again by the resumed run) appear once: the same rows as the uninterrupted run's, the same values.
+    rows_full, rows_killed = metrics(full), metrics(killed)
+    assert [(r["epoch"], r["step"]) for r in rows_killed] == [(r["epoch"], r["step"]) for r in rows_full], (
+        csv_at_kill, (killed / "logs" / "metrics.csv").read_text()[:2000], r.stderr[-3000:])  # fmt: skip
+    assert any(int(r["step"]) < step_at_kill for r in rows_killed)
+    for a, b in zip(rows_full, rows_killed):
+        assert a.keys() == b.keys()
+        for k in a:
+            if a[k] and not k.startswith("test/"):
+                assert float(b[k]) == pytest.approx(float(a[k]), abs=METRIC_ATOL), (a["step"], k)
     # RNG states travel in the checkpoint, so the resumed run retraces the uninterrupted one.
     _, m_full = model_from_checkpoint(full / "checkpoints" / "last.ckpt")
     _, m_killed = model_from_checkpoint(killed / "checkpoints" / "last.ckpt")
@@ -84,6 +117,8 @@ def test_ddp_two_cpu_processes_trains_and_its_checkpoint_loads(tmp_path):
                           "--strategy", "ddp"))  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     assert "global batch = 16 per device x 2 devices x 1 nodes = 32" in r.stdout
+    for noise in ("Tip:", "GPU available", "LeafSpec", "smaller than the logging interval", "Restoring states"):
+        assert noise not in r.stdout + r.stderr, noise  # 8 steps < log_every_n_steps: that warning was due here
     # 256 images, 16 per device, 2 ranks: each rank sees its own 128-image shard -> 8 steps.
     assert results(out)["global_step"] == 8
     cfg, model = model_from_checkpoint(out / "checkpoints" / "last.ckpt")
@@ -229,7 +264,221 @@ def test_overwrite_moves_the_earlier_run_aside(tmp_path, capsys):
     with pytest.raises(ConfigError, match="already holds a run"):
         resolve_out(cfg)
     cfg.trainer.overwrite = True
-    assert resolve_out(cfg) == out and not out.exists()
+    assert resolve_out(cfg) == out
+    release_lock(out)
+    assert [p.name for p in out.iterdir()] == [LOCK]  # the earlier run's files are gone from --out ...
     (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("run.old-")]
-    assert (aside / "checkpoints" / "last.ckpt").read_bytes() == b"the user's work"
+    assert (aside / "checkpoints" / "last.ckpt").read_bytes() == b"the user's work"  # ... to here, intact
     assert str(aside) in capsys.readouterr().err
+
+
+# -- Ctrl-C -------------------------------------------------------------------------------------------------------
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.time() + timeout
+    while not path.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before the signal; make it longer"
+
+
+def test_ctrl_c_exits_130_keeps_the_checkpoint_and_the_resume_sums_training_time(tmp_path):
+    out = tmp_path / "run"
+    args = ["--epochs", "1", "--train-size", "2048", "--batch-size", "16", "--ckpt-every-n-steps", "8"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(train_cmd(out, *args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)  # fmt: skip
+    last = out / "checkpoints" / "last.ckpt"
+    wait_for(last, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"train.py: interrupted; last checkpoint kept ({last}); resume with: python train.py --resume --out {out}"
+    )
+    at_interrupt = load_checkpoint(last)
+    assert 0 < at_interrupt["global_step"] < 128
+    r = run_cmd([sys.executable, str(ROOT / "train.py"), "--resume", "--out", str(out)])  # the command it printed
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert results(out)["global_step"] == 128
+    assert results(out)["train_seconds"] > round(at_interrupt["callbacks"]["TrainClock"]["seconds"], 1)
+
+
+def test_ctrl_c_before_the_first_checkpoint_leaves_nothing_that_blocks_a_rerun(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    cmd = train_cmd(out, "--epochs", "1", "--train-size", "4096", "--batch-size", "16")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    wait_for(out / "config.yaml", proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "train.py: interrupted before the first checkpoint; nothing was kept"
+    assert not out.exists()  # the start cleaned up after itself
+    assert main(["--pos", "none", "--out", str(out), *TINY, "--epochs", "1", "--train-size", "32",
+                 "--batch-size", "16"]) == 0  # fmt: skip
+
+
+def test_train_clock_adds_the_time_carried_in_the_checkpoint():
+    clock = TrainClock()
+    clock.load_state_dict({"seconds": 100.0})
+    clock.on_train_start(None, None)
+    time.sleep(0.05)
+    clock.on_train_end(None, None)
+    assert 100.05 <= clock.state_dict()["seconds"] < 101
+
+
+# -- unfinished starts (killed before a checkpoint: no handler ran) -----------------------------------------------
+
+
+def leave_an_unfinished_start(out: Path, pos: str) -> None:
+    """What a start killed before its first checkpoint leaves: config, logs, an empty checkpoints folder."""
+    from vitpos.config import Config
+
+    cfg = Config()
+    cfg.model.pos, cfg.model.embed_dim, cfg.model.depth, cfg.model.num_heads = pos, 32, 1, 2
+    cfg.data.train_size, cfg.data.val_size, cfg.data.test_size, cfg.data.batch_size = 32, 32, 32, 16
+    cfg.optim.epochs, cfg.trainer.out = 1, str(out)
+    (out / "checkpoints").mkdir(parents=True)
+    (out / "logs").mkdir()
+    (out / "logs" / "metrics.csv").write_text("epoch,step\n")
+    (out / "tb").mkdir()
+    cfg.save_yaml(out / "config.yaml")
+
+
+def test_an_unfinished_start_does_not_block_a_new_start(tmp_path, capsys):
+    out = tmp_path / "run"
+    leave_an_unfinished_start(out, "relbias")
+    assert main(["--pos", "none", "--out", str(out), *TINY, "--epochs", "1", "--train-size", "32",
+                 "--batch-size", "16"]) == 0  # fmt: skip
+    assert "cleared an unfinished start" in capsys.readouterr().err
+    assert load_checkpoint(out / "checkpoints" / "last.ckpt")["hyper_parameters"]["config"]["model"]["pos"] == "none"
+
+
+def test_resume_of_an_unfinished_start_starts_it_afresh_with_its_own_config(tmp_path, capsys):
+    out = tmp_path / "run"
+    leave_an_unfinished_start(out, "relbias")
+    assert main(["--resume", "--out", str(out)]) == 0
+    assert "starting it afresh" in capsys.readouterr().err
+    assert results(out)["pos"] == "relbias" and results(out)["global_step"] == 2
+
+
+def test_a_folder_with_other_files_is_never_cleared(tmp_path, capsys):
+    out = tmp_path / "run"
+    leave_an_unfinished_start(out, "relbias")
+    (out / "notes.txt").write_text("mine")
+    before = snapshot(out)
+    assert main(["--pos", "none", "--out", str(out), *TINY]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert snapshot(out) == before
+
+
+# -- a refused resume changes nothing ------------------------------------------------------------------------------
+
+
+def test_a_refused_resume_changes_nothing_and_names_the_fields(good_ckpt, capsys):
+    out = good_ckpt.parent.parent
+    before = snapshot(out)
+    assert main(["--resume", "--out", str(out), "--pos", "learned", "--lr", "0.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "model.pos ('sincos2d' -> 'learned')" in err and "optim.lr (0.001 -> 0.5)" in err
+    assert snapshot(out) == before  # metrics, config.yaml, checkpoints: byte for byte, not even touched
+
+
+def test_resume_may_change_where_it_runs_but_not_what_it_trains(good_ckpt, capsys):
+    out = good_ckpt.parent.parent
+    before = snapshot(out)
+    assert main(["--resume", "--out", str(out), "--num-workers", "0", "--log-every-n-steps", "5",
+                 "--devices", "2"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "trainer.devices (1 -> 2)" in err and "num_workers" not in err and "log_every" not in err
+    assert snapshot(out) == before
+
+
+# -- two runs on one folder ----------------------------------------------------------------------------------------
+
+
+def test_the_lock_is_held_for_the_run_and_released_when_it_dies(tmp_path, capsys):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(train_cmd(out, "--epochs", "1", "--train-size", "4096", "--batch-size", "16"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)  # fmt: skip
+    try:
+        wait_for(out / "config.yaml", proc)
+        before = snapshot(out)
+        assert main(["--pos", "rope2d", "--out", str(out), *TINY, "--overwrite"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"is in use by another training run (pid {proc.pid})" in err and len(err.splitlines()) == 1
+        assert (out / "config.yaml").read_bytes() == before["config.yaml"][0]  # the running run's, untouched
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    RunLock(out).release()  # the kernel dropped the dead run's lock: no stale lock blocks anyone
+
+
+def test_two_runs_started_at_once_on_one_folder(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    args = ["--epochs", "1", "--train-size", "256", "--batch-size", "16"]
+    cmds = {pos: [*train_cmd(out, *args)[:3], pos, *train_cmd(out, *args)[4:]] for pos in ("learned", "sincos2d")}
+    procs = {pos: subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                                   cwd=ROOT) for pos, cmd in cmds.items()}  # fmt: skip
+    done = {pos: (p.wait(timeout=240), p.stderr.read()) for pos, p in procs.items()}
+    (winner,) = [pos for pos, (code, _) in done.items() if code == 0]
+    (loser,) = [pos for pos, (code, _) in done.items() if code == 2]
+    err = done[loser][1].strip()
+    assert len(err.splitlines()) == 1 and ("in use by another training run" in err or "already holds a run" in err)
+    # the folder holds one run: the winner's config beside the winner's checkpoints
+    assert results(out)["pos"] == winner
+    assert yaml_pos(out / "config.yaml") == winner
+    for ckpt in (out / "checkpoints").glob("*.ckpt"):
+        assert load_checkpoint(ckpt)["hyper_parameters"]["config"]["model"]["pos"] == winner
+
+
+def yaml_pos(path: Path) -> str:
+    from vitpos.config import Config
+
+    return Config.from_yaml(path).model.pos
+
+
+# -- zero steps, permissions ---------------------------------------------------------------------------------------
+
+
+def test_a_run_that_trains_zero_steps_is_an_error_and_leaves_nothing(tmp_path):
+    out = tmp_path / "run"
+    # 16 images on 2 ranks: 8 per rank, fewer than one batch of 16, so no rank gets a single training batch
+    r = run_cmd(train_cmd(out, "--epochs", "1", "--train-size", "16", "--batch-size", "16", "--devices", "2",
+                          "--strategy", "ddp"))  # fmt: skip
+    assert r.returncode == 2
+    errors = [line for line in r.stderr.splitlines() if "error" in line]
+    assert errors == [
+        "train.py: error: trained zero steps: the training set gives no full batch of 16 images per device on "
+        "2 device(s); lower --batch-size, use fewer devices or more training images"
+    ]
+    assert "Traceback" not in r.stderr
+    assert not out.exists()  # no results.json, no untrained checkpoint to mistake for a model
+
+
+def test_checkpoints_have_the_permissions_of_every_other_file(good_ckpt):
+    out = good_ckpt.parent.parent
+    modes = {str(p.relative_to(out)): p.stat().st_mode & 0o777 for p in out.rglob("*") if p.is_file()}
+    assert modes["config.yaml"] == modes["results.json"] == modes["logs/metrics.csv"]
+    for name, mode in modes.items():
+        assert mode == modes["config.yaml"], name  # group and others may read the checkpoints as they read the rest
+    assert modes["config.yaml"] & 0o044  # readable by colleagues under the usual umask (022)
+
+
+def test_quiet_logs_keep_real_warnings():
+    import warnings
+
+    from vitpos.training import quiet_logs
+
+    quiet_logs()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        quiet_logs()  # its filters go first, as they do in train.py
+        warnings.warn("The number of training batches (4) is smaller than the logging interval", stacklevel=1)
+        warnings.warn("a real problem", stacklevel=1)
+    assert [str(w.message) for w in caught] == ["a real problem"]

@@ -4,7 +4,8 @@
   included. vitpos stores only tensors, numbers, strings and plain containers (the config is
   saved as a dict), so no allowlist of project types is needed.
 * Writing is atomic: a checkpoint is written to a temporary file in the same folder and then
-  renamed over the target, so a kill during a save never leaves a truncated ``last.ckpt``.
+  renamed over the target, so a kill during a save never leaves a truncated ``last.ckpt``. The file
+  gets the permissions of every other file the run writes (0666 less the umask).
 * Old checkpoints keep working: each carries ``vitpos_format``, and one written by an older
   vitpos is upgraded in memory when read (the file itself is never rewritten).
 """
@@ -14,8 +15,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
-import tempfile
-import zipfile
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         if found:  # the file asks to import and call something: never done
             raise ConfigError(f"refused to load {p}: it would run code ({found.group(1)}), not plain data") from None
         raise ConfigError(f"checkpoint {p} is truncated or corrupt (not a torch checkpoint)") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - any other failure of the reader means the bytes are not a checkpoint
+        # (a text file, for one, trips the pickle reader with a KeyError or an IndexError)
         raise ConfigError(f"checkpoint {p} is truncated or corrupt ({type(e).__name__})") from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "config" not in ckpt.get("hyper_parameters", {}):
         raise ConfigError(f"{p} is not a vitpos checkpoint (no state_dict and saved config)")
@@ -120,14 +121,27 @@ def config_from_checkpoint(ckpt: dict[str, Any]) -> Config:
     return Config.from_dict(ckpt["hyper_parameters"]["config"])
 
 
-def model_from_checkpoint(path: str | Path):
-    """(config, ViT with the trained weights, in eval mode) from a checkpoint file."""
+EMA_PREFIX = "ema.module."  # where LitViT keeps the moving average of the weights (``--ema``)
+
+
+def model_from_checkpoint(path: str | Path, weights: str = "auto"):
+    """(config, ViT with the trained weights, in eval mode) from a checkpoint file.
+
+    ``weights``: "ema" (the moving average, if the run kept one), "raw" (the optimised weights),
+    or "auto": the EMA weights when present, since those are what the run evaluated.
+    """
     from .lit import model_from_config  # local: lit imports Lightning's heavier modules
 
+    if weights not in ("auto", "ema", "raw"):
+        raise ConfigError(f"weights must be auto, ema or raw, got '{weights}'")
     ckpt = load_checkpoint(path)
     cfg = config_from_checkpoint(ckpt)
     model = model_from_config(cfg)
-    state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    has_ema = any(k.startswith(EMA_PREFIX) for k in ckpt["state_dict"])
+    if weights == "ema" and not has_ema:
+        raise ConfigError(f"{path} holds no EMA weights (the run was trained without --ema)")
+    prefix = EMA_PREFIX if has_ema and weights != "raw" else "model."
+    state = {k.removeprefix(prefix): v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
     model.load_state_dict(state)
     return cfg, model.eval()
 
@@ -143,7 +157,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        # Not tempfile.mkstemp: its files are 0600; os.open with 0666 lets the umask decide, as for every other file.
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
             with os.fdopen(fd, "wb") as f:
                 torch.save(checkpoint, f)

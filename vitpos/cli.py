@@ -1,70 +1,74 @@
 """Command line <-> Config: dataclass defaults, then ``--config`` YAML, then explicit flags.
 
-Only flags the user actually typed override the YAML (argparse defaults are suppressed),
-so ``--config configs/cifar10.yaml --epochs 5`` changes the epochs and nothing else.
+Every flag is generated from a config field (``vitpos.config.opt``: its help text, choices and
+bounds are declared once, beside the field). Only flags the user actually typed override the
+YAML (argparse defaults are suppressed), so ``--config configs/cifar10.yaml --epochs 5`` changes
+the epochs and nothing else.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import typing
 from typing import Any
 
-from .config import Config, ConfigError, apply_preset
+from .config import Config, ConfigError, apply_preset, check, choices_of, coerce, flag_of, walk
 
-# flag -> (config section, field). The flag's type comes from argparse below.
-FLAG_FIELDS: dict[str, tuple[str, str]] = {
-    "pos": ("model", "pos"),
-    "stem": ("model", "stem"),
-    "img_size": ("model", "img_size"),
-    "patch_size": ("model", "patch_size"),
-    "embed_dim": ("model", "embed_dim"),
-    "depth": ("model", "depth"),
-    "num_heads": ("model", "num_heads"),
-    "mlp_ratio": ("model", "mlp_ratio"),
-    "class_token": ("model", "class_token"),
-    "drop_path": ("model", "drop_path_rate"),
-    "data": ("data", "name"),
-    "data_dir": ("data", "data_dir"),
-    "download": ("data", "download"),
-    "batch_size": ("data", "batch_size"),
-    "num_workers": ("data", "num_workers"),
-    "train_size": ("data", "train_size"),
-    "val_size": ("data", "val_size"),
-    "test_size": ("data", "test_size"),
-    "hflip": ("data", "hflip"),
-    "randaugment": ("data", "randaugment"),
-    "mixup": ("data", "mixup"),
-    "cutmix": ("data", "cutmix"),
-    "random_erasing": ("data", "random_erasing"),
-    "epochs": ("optim", "epochs"),
-    "lr": ("optim", "lr"),
-    "lr_scaling": ("optim", "lr_scaling"),
-    "pos_lr_scale": ("optim", "pos_lr_scale"),
-    "weight_decay": ("optim", "weight_decay"),
-    "warmup_epochs": ("optim", "warmup_epochs"),
-    "label_smoothing": ("optim", "label_smoothing"),
-    "accelerator": ("trainer", "accelerator"),
-    "devices": ("trainer", "devices"),
-    "num_nodes": ("trainer", "num_nodes"),
-    "strategy": ("trainer", "strategy"),
-    "precision": ("trainer", "precision"),
-    "seed": ("trainer", "seed"),
-    "out": ("trainer", "out"),
-    "resume": ("trainer", "resume"),
-    "overwrite": ("trainer", "overwrite"),
-    "fast_dev_run": ("trainer", "fast_dev_run"),
-    "compile": ("trainer", "compile"),
-    "ckpt_every_n_steps": ("trainer", "ckpt_every_n_steps"),
-    "eval_resolutions": ("trainer", "eval_resolutions"),
-    "train_resolutions": ("trainer", "train_resolutions"),
-    "init_from": ("model", "init_from"),
-    "init_arch": ("model", "init_arch"),
-}
+_SECTION_TITLES = {"model": "model", "data": "data", "optim": "optimisation", "trainer": "trainer"}
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line and exit 2, as for every other bad input
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _optional(convert):
+    """An argparse type that also reads 'none' as None (for fields whose default is None)."""
+
+    def parse(text: str):
+        return None if text.lower() in ("none", "null") else convert(text)
+
+    parse.__name__ = convert.__name__  # argparse names the type in its error message
+    return parse
+
+
+def _help(f: dataclasses.Field, default: Any) -> str:
+    text = f.metadata.get("help", "")
+    choices = choices_of(f)
+    if choices:
+        text += f" {{{', '.join(choices)}}}"
+    if isinstance(default, bool):
+        shown = "on" if default else "off"
+    elif default is None or default == [] or default == {}:
+        shown = "none"
+    elif isinstance(default, tuple | list):
+        shown = " ".join(map(str, default))
+    else:
+        shown = str(default)
+    return f"{text} (default: {shown})".strip().replace("%", "%%")
+
+
+def _add_field(group, f: dataclasses.Field, tp: Any) -> None:
+    """One flag for one field, its argparse shape derived from the field's type."""
+    flag, default = flag_of(f), f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    kw: dict[str, Any] = {"dest": f.name, "help": _help(f, default)}
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    optional = type(None) in args
+    if optional:
+        tp = next(a for a in args if a is not type(None))
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is bool:
+        kw["action"] = argparse.BooleanOptionalAction
+    elif origin is dict:
+        kw.update(action="append", metavar="KEY=VALUE")
+    elif origin in (list, tuple):
+        kw.update(type=args[0], nargs=len(args) if origin is tuple else "+", metavar=args[0].__name__.upper())
+    else:
+        kw["type"] = _optional(tp) if optional else tp
+        if choices_of(f):
+            kw["metavar"] = "NAME"  # the names are in the help; validation explains a bad one in one line
+    group.add_argument(flag, **kw)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,64 +77,25 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a ViT with a chosen patch-position scheme (defaults: the embedded `shapes` set, CPU).",
         argument_default=argparse.SUPPRESS,
     )
-    a = p.add_argument
-    a("--config", help="YAML file with model/data/optim/trainer sections (flags override it)")
-    g = p.add_argument_group("model")
-    g.add_argument("--pos", help="position scheme (see vitpos.POS_SCHEMES)")
-    g.add_argument("--stem", help="patch | conv")
-    g.add_argument("--model", help="size preset: micro | tiny | small | base (explicit dims override)")
-    g.add_argument("--img-size", type=int, help="training resolution (pixels)")
-    g.add_argument("--patch-size", type=int)
-    g.add_argument("--embed-dim", type=int)
-    g.add_argument("--depth", type=int)
-    g.add_argument("--num-heads", type=int)
-    g.add_argument("--mlp-ratio", type=float)
-    g.add_argument("--class-token", action=argparse.BooleanOptionalAction)
-    g.add_argument("--drop-path", type=float, help="stochastic depth rate")
-    g.add_argument("--pos-kwarg", action="append", metavar="KEY=VALUE", help="scheme option, e.g. theta=100")
-    g.add_argument(
-        "--init-from",
-        metavar="SPEC",
-        help="start from pretrained weights: timm:NAME (downloads), a vitpos checkpoint, or a weights file",
-    )
-    g.add_argument("--init-arch", metavar="NAME", help="timm architecture of the --init-from weights file")
-    g = p.add_argument_group("data")
-    g.add_argument("--data", help="data set name (default: shapes, embedded)")
-    g.add_argument("--data-dir", help="where the data set's files are")
-    g.add_argument("--download", action="store_true", help="allow downloading the data set (off by default)")
-    g.add_argument("--batch-size", type=int, help="per-device batch size")
-    g.add_argument("--num-workers", type=int)
-    g.add_argument("--train-size", type=int, help="shapes: number of generated training images")
-    g.add_argument("--val-size", type=int, help="shapes: number of validation images")
-    g.add_argument("--test-size", type=int, help="shapes: number of test images")
-    g.add_argument("--hflip", action=argparse.BooleanOptionalAction)
-    g.add_argument("--randaugment", help="timm RandAugment spec, e.g. rand-m9-mstd0.5-inc1")
-    g.add_argument("--mixup", type=float)
-    g.add_argument("--cutmix", type=float)
-    g.add_argument("--random-erasing", type=float)
-    g = p.add_argument_group("optimisation")
-    g.add_argument("--epochs", type=int)
-    g.add_argument("--lr", type=float)
-    g.add_argument("--lr-scaling", choices=["none", "linear"], help="linear: lr x global batch / 256")
-    g.add_argument("--pos-lr-scale", type=float, help="learning-rate factor for the position scheme's parameters")
-    g.add_argument("--weight-decay", type=float)
-    g.add_argument("--warmup-epochs", type=float)
-    g.add_argument("--label-smoothing", type=float)
-    g = p.add_argument_group("trainer")
-    g.add_argument("--accelerator", help="cpu | gpu | auto")
-    g.add_argument("--devices", type=int)
-    g.add_argument("--num-nodes", type=int)
-    g.add_argument("--strategy", help="auto | ddp | fsdp | ...")
-    g.add_argument("--precision", help="32-true | bf16-mixed | 16-mixed")
-    g.add_argument("--seed", type=int)
-    g.add_argument("--out", help="run folder (default: a fresh folder under runs/)")
-    g.add_argument("--resume", action="store_true", help="continue the run in --out from checkpoints/last.ckpt")
-    g.add_argument("--overwrite", action="store_true", help="move an existing run in --out aside and start anew")
-    g.add_argument("--fast-dev-run", action="store_true", help="one batch of train and val, no checkpoints")
-    g.add_argument("--compile", action="store_true", help="torch.compile the model")
-    g.add_argument("--ckpt-every-n-steps", type=int, help="also write last.ckpt every N optimizer steps")
-    g.add_argument("--eval-resolutions", type=int, nargs="+", help="after training, sweep these test resolutions")
-    g.add_argument("--train-resolutions", type=int, nargs="+", help="multi-resolution training: one per batch")
+    p.add_argument("--config", help="YAML file with model/data/optim/trainer sections (flags override it)")
+    cfg = Config()
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    seen: set[str] = set()
+    for name, section, f in walk(cfg):
+        if not f.metadata.get("cli", True):
+            continue
+        if name not in groups:
+            groups[name] = p.add_argument_group(_SECTION_TITLES.get(name, name))
+            if name == "model":
+                from .config import MODEL_PRESETS
+
+                groups[name].add_argument(
+                    "--model", help=f"size preset {{{', '.join(MODEL_PRESETS)}}}; explicit dims override it"
+                )
+        if f.name in seen:  # two sections with one field name would share one flag's dest
+            raise RuntimeError(f"config field name '{f.name}' appears in two sections")
+        seen.add(f.name)
+        _add_field(groups[name], f, typing.get_type_hints(type(section))[f.name])
     return p
 
 
@@ -151,70 +116,55 @@ def config_from_args(args: argparse.Namespace, base: Config | None = None) -> Co
         cfg = Config()
     if "model" in given:
         apply_preset(cfg.model, given["model"])
-    for flag, value in given.items():
-        if flag in FLAG_FIELDS:
-            section, name = FLAG_FIELDS[flag]
-            setattr(getattr(cfg, section), name, value)
-    for item in given.get("pos_kwarg", []) or []:
-        if "=" not in item:
-            raise ConfigError(f"--pos-kwarg expects KEY=VALUE, got '{item}'")
-        k, v = item.split("=", 1)
-        cfg.model.pos_kwargs[k] = _parse_value(v)
+    for name, section, f in walk(cfg):
+        if f.name not in given:
+            continue
+        value = given[f.name]
+        if isinstance(getattr(section, f.name), dict):  # KEY=VALUE items update the mapping
+            value = {**getattr(section, f.name), **_key_values(value, flag_of(f))}
+        hint = typing.get_type_hints(type(section))[f.name]
+        setattr(section, f.name, coerce(value, hint, f"{name}.{f.name}"))  # e.g. nargs=2 list -> tuple
     validate(cfg)
     return cfg
 
 
-def validate(cfg: Config) -> None:
-    """Check names and numbers up front, so a bad value fails in one line before anything runs."""
-    from .data import DATA_NAMES
-    from .pos import POS_SCHEMES
-    from .stems import STEMS
+def _key_values(items: list[str], flag: str) -> dict[str, Any]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"{flag} expects KEY=VALUE, got '{item}'")
+        k, v = item.split("=", 1)
+        out[k.strip()] = _parse_value(v)
+    return out
 
-    m, d, o, t = cfg.model, cfg.data, cfg.optim, cfg.trainer
-    if m.pos not in POS_SCHEMES:
-        raise ConfigError(f"unknown --pos '{m.pos}'; valid: {', '.join(POS_SCHEMES)}")
-    if m.stem not in STEMS:
-        raise ConfigError(f"unknown --stem '{m.stem}'; valid: {', '.join(STEMS)}")
-    if d.name not in DATA_NAMES:
-        raise ConfigError(f"unknown --data '{d.name}'; valid: {', '.join(DATA_NAMES)}")
-    positive = {
-        "--epochs": o.epochs,
-        "--batch-size": d.batch_size,
-        "--img-size": m.img_size,
-        "--patch-size": m.patch_size,
-        "--embed-dim": m.embed_dim,
-        "--depth": m.depth,
-        "--num-heads": m.num_heads,
-        "--devices": t.devices,
-        "--num-nodes": t.num_nodes,
-    }
-    for flag, v in positive.items():
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise ConfigError(f"{flag} must be a positive integer, got {v!r}")
-    if not o.lr > 0:
-        raise ConfigError(f"--lr must be positive, got {o.lr}")
-    if not (isinstance(o.pos_lr_scale, int | float) and 0 < o.pos_lr_scale < float("inf")):
-        raise ConfigError(f"--pos-lr-scale must be a positive number, got {o.pos_lr_scale!r}")
-    if m.qkv_bias not in ("qkv", "qv", "none"):
-        raise ConfigError(f"qkv_bias must be one of qkv, qv, none, got {m.qkv_bias!r}")
+
+def validate(cfg: Config) -> None:
+    """Check types, names and numbers up front, so a bad value fails in one line before anything runs."""
+    check(cfg)  # every field: type, finite, bounds, choices
+    m, t = cfg.model, cfg.trainer
     if m.embed_dim % m.num_heads:
         raise ConfigError(f"--embed-dim {m.embed_dim} is not divisible by --num-heads {m.num_heads}")
     for flag, values in (("--img-size", [m.img_size]), ("--train-resolutions", t.train_resolutions),
                          ("--eval-resolutions", t.eval_resolutions)):  # fmt: skip
         for r in values:
-            if not isinstance(r, int) or r <= 0:
-                raise ConfigError(f"{flag} values must be positive integers, got {r!r}")
             if r % m.patch_size:
                 raise ConfigError(f"{flag} {r} is not a multiple of the patch size {m.patch_size}")
-    if t.ckpt_every_n_steps is not None and t.ckpt_every_n_steps <= 0:
-        raise ConfigError(f"--ckpt-every-n-steps must be positive, got {t.ckpt_every_n_steps}")
     if t.resume and t.overwrite:
         raise ConfigError("--resume and --overwrite contradict each other; pass one")
+    if m.global_pool == "token" and not m.class_token:
+        raise ConfigError("--global-pool token needs --class-token")
+    _check_scheme_builds(cfg)
+
+
+def _check_scheme_builds(cfg: Config) -> None:
+    """Build the position scheme alone (small): its own constraints and options fail here, in one line."""
     from .pos import build_pos
 
-    try:  # the scheme checks its own options (--pos-kwarg) and what it needs of the model's dims
+    m = cfg.model
+    try:
         grid = (m.img_size // m.patch_size,) * 2
         build_pos(m.pos, dim=m.embed_dim, num_heads=m.num_heads, depth=m.depth, grid=grid,
                   num_prefix_tokens=int(m.class_token), **m.pos_kwargs)  # fmt: skip
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"--pos {m.pos}: {e}") from None
+    except (ValueError, TypeError) as e:
+        kwargs = f" with --pos-kwarg {m.pos_kwargs}" if m.pos_kwargs else ""
+        raise ConfigError(f"--pos {m.pos}{kwargs}: {str(e).splitlines()[0]}") from None

@@ -8,6 +8,10 @@ always says how to rebuild its model and data.
 from __future__ import annotations
 
 import dataclasses
+import math
+import types
+import typing
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -27,99 +31,161 @@ class ConfigError(ValueError):
     """A user-facing configuration problem; its message is printed as one line."""
 
 
+def opt(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING,
+        choices: tuple[str, ...] | Callable[[], Sequence[str]] | None = None, flag: str | None = None,
+        cli: bool = True, resumable: bool = False, ge: float | None = None, gt: float | None = None,
+        le: float | None = None, lt: float | None = None) -> Any:  # fmt: skip
+    """A config field with what the command line and the checks need, declared once.
+
+    ``help`` and ``choices`` (a tuple, or a function returning the names of a registry) become the
+    flag's help text; ``flag`` overrides the flag name (default: the field name with dashes);
+    ``cli=False`` keeps a field off the command line; ``resumable`` fields may differ from the run's
+    when it is resumed (where and how it runs, not what it trains); ``ge/gt/le/lt`` bound the value
+    (each item of a list).
+    """
+    meta = {"help": help, "choices": choices, "flag": flag, "cli": cli, "resumable": resumable,
+            "ge": ge, "gt": gt, "le": le, "lt": lt}  # fmt: skip
+    if factory is not dataclasses.MISSING:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def pos_names() -> tuple[str, ...]:
+    from .pos import POS_SCHEMES
+
+    return tuple(POS_SCHEMES)
+
+
+def stem_names() -> tuple[str, ...]:
+    from .stems import STEMS
+
+    return tuple(STEMS)
+
+
+def data_names() -> tuple[str, ...]:
+    from .data import DATA_NAMES
+
+    return tuple(DATA_NAMES)
+
+
+def strategy_names() -> tuple[str, ...]:
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    return ("auto", *StrategyRegistry.available_strategies())
+
+
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")
+ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")
+
+
 @dataclass
 class ModelConfig:
-    pos: str = "rope2d"
-    stem: str = "patch"
-    img_size: int = 32
-    patch_size: int = 4
-    in_chans: int = 3
-    num_classes: int = 10
-    embed_dim: int = 128
-    depth: int = 4
-    num_heads: int = 4
-    mlp_ratio: float = 4.0
-    class_token: bool = False
-    global_pool: str = "avg"  # "avg" or "token"
-    drop_path_rate: float = 0.0
-    layer_scale_init: float | None = None
-    pos_kwargs: dict[str, Any] = field(default_factory=dict)  # scheme-specific, e.g. {"theta": 100}
-    # options pretrained families need (vitpos.interop): the final norm after pooling, qkv bias on
-    # "qkv" / "qv" (BEiT) / "none", LayerNorm epsilon (timm's ViTs use 1e-6)
-    fc_norm: bool = False
-    qkv_bias: str = "qkv"
-    norm_eps: float = 1e-5
-    # start from pretrained weights: "timm:NAME", a vitpos checkpoint, or a weights file with init_arch
-    init_from: str | None = None
-    init_arch: str | None = None
+    pos: str = opt("rope2d", "position scheme", choices=pos_names)
+    stem: str = opt("patch", "patch: Conv2d k=s=p; conv: stacked 3x3 convs", choices=stem_names)
+    img_size: int = opt(32, "training resolution (pixels)", gt=0)
+    patch_size: int = opt(4, "patch side (pixels)", gt=0)
+    in_chans: int = opt(3, "input channels (set from the data set)", cli=False, gt=0)
+    num_classes: int = opt(10, "classes (set from the data set)", cli=False, gt=0)
+    embed_dim: int = opt(128, "token width", gt=0)
+    depth: int = opt(4, "transformer blocks", gt=0)
+    num_heads: int = opt(4, "attention heads", gt=0)
+    mlp_ratio: float = opt(4.0, "MLP hidden width / token width", gt=0)
+    class_token: bool = opt(False, "prepend a class token")
+    global_pool: str = opt("avg", "avg: mean of the patch tokens; token: the class token", choices=("avg", "token"))
+    drop_path_rate: float = opt(0.0, "stochastic depth rate", flag="drop-path", ge=0, lt=1)
+    layer_scale_init: float | None = opt(None, "LayerScale init value (none: off)", gt=0)
+    # scheme-specific, e.g. {"theta": 100}; on the command line one --pos-kwarg KEY=VALUE each
+    pos_kwargs: dict[str, Any] = opt(factory=dict, help="scheme option KEY=VALUE, e.g. theta=100 (repeatable)",
+                                     flag="pos-kwarg")  # fmt: skip
+    # options pretrained families need (vitpos.interop)
+    fc_norm: bool = opt(False, "LayerNorm after pooling instead of before it (BEiT, DeiT-III with avg pool)")
+    qkv_bias: str = opt(
+        "qkv", "bias on q, k and v; on q and v only (BEiT, EVA); or none", choices=("qkv", "qv", "none")
+    )
+    norm_eps: float = opt(1e-5, "LayerNorm epsilon (timm's ViTs use 1e-6)", gt=0)
+    init_from: str | None = opt(None, "start from pretrained weights: timm:NAME (downloads), a vitpos checkpoint, "
+                                      "or a weights file with --init-arch")  # fmt: skip
+    init_arch: str | None = opt(None, "timm architecture of the --init-from weights file")
 
 
 @dataclass
 class DataConfig:
-    name: str = "shapes"
-    data_dir: str | None = None
-    download: bool = False
-    batch_size: int = 128
-    num_workers: int = 0
+    name: str = opt("shapes", "data set (shapes is embedded; the others read --data-dir)", choices=data_names,
+                    flag="data")  # fmt: skip
+    data_dir: str | None = opt(None, "where the data set's files are", resumable=True)
+    download: bool = opt(False, "allow downloading the data set", resumable=True)
+    batch_size: int = opt(128, "per-device batch size", gt=0)
+    num_workers: int = opt(0, "data loader worker processes", ge=0, resumable=True)
     # embedded `shapes` set: sizes of the generated splits
-    train_size: int = 8000
-    val_size: int = 2000
-    test_size: int = 2000
+    train_size: int = opt(8000, "shapes: generated training images", gt=0)
+    val_size: int = opt(2000, "shapes: validation images", gt=0)
+    test_size: int = opt(2000, "shapes: test images", gt=0)
     # augmentation (each switchable; defaults suit small data from scratch)
-    hflip: bool = False  # off by default: left/right is a label in `shapes`
-    random_resized_crop: bool = False
-    rrc_scale_min: float = 0.35
-    randaugment: str | None = None  # timm spec, e.g. "rand-m9-mstd0.5-inc1"
-    mixup: float = 0.0
-    cutmix: float = 0.0
-    random_erasing: float = 0.0
-    random_crop_pad: int = 0  # RandomCrop with this zero padding after resizing (4 suits 28-32 px data)
+    hflip: bool = opt(False, "random horizontal flips (off: left/right is a label in shapes)")
+    random_resized_crop: bool = opt(False, "RandomResizedCrop in training")
+    rrc_scale_min: float = opt(0.35, "smallest area fraction of RandomResizedCrop", gt=0, le=1)
+    randaugment: str | None = opt(None, "timm RandAugment spec, e.g. rand-m9-mstd0.5-inc1")
+    mixup: float = opt(0.0, "mixup alpha (0: off)", ge=0)
+    cutmix: float = opt(0.0, "cutmix alpha (0: off)", ge=0)
+    random_erasing: float = opt(0.0, "random erasing probability", ge=0, le=1)
+    random_crop_pad: int = opt(0, "RandomCrop with this zero padding after resizing (4 suits 28-32 px data)", ge=0)
     # real data without an official val split: images carved from train (fixed seed 0, whatever
     # the run seed) for val, capped at 10 % of train; 0 = no holdout, val is the test split
-    holdout_size: int = 5000
+    holdout_size: int = opt(5000, "validation images carved from train where a set has no val split (0: none)",
+                            ge=0)  # fmt: skip
     # evaluation protocol
-    crop_ratio: float = 1.0
-    eval_resize: str = "crop"  # "crop": short side to R/crop_ratio then centre crop; "full": resize whole image
-    interpolation: str = "bicubic"  # of every resize: "bicubic", "bilinear" or "nearest"
-    mean: list[float] | None = None  # normalisation; None: the data set's own (pretrained weights bring theirs)
-    std: list[float] | None = None
+    crop_ratio: float = opt(1.0, "eval: short side to R/crop_ratio, then centre crop R", gt=0, le=1)
+    eval_resize: str = opt("crop", "eval: crop (resize + centre crop) or full (resize the whole image)",
+                           choices=("crop", "full"))  # fmt: skip
+    interpolation: str = opt("bicubic", "interpolation of every resize", choices=("bicubic", "bilinear", "nearest"))
+    mean: list[float] | None = opt(
+        None, "normalisation mean (none: the data set's own; pretrained weights bring theirs)"
+    )
+    std: list[float] | None = opt(None, "normalisation std (none: the data set's own)")
+    verify_images: bool = opt(
+        False, "decode every image of the set before training and list the bad ones", resumable=True
+    )
 
 
 @dataclass
 class OptimConfig:
-    epochs: int = 10
-    lr: float = 1e-3  # for the global batch below; see `lr_scaling`
-    lr_scaling: str = "none"  # "none" or "linear": lr * global_batch / 256
+    epochs: int = opt(10, "training epochs", gt=0)
+    lr: float = opt(1e-3, "peak learning rate, for the global batch (see --lr-scaling)", gt=0)
+    lr_scaling: str = opt("none", "linear: lr x global batch / 256", choices=("none", "linear"))
     # The position scheme's own parameters (tables, bias MLPs, learned frequencies, PEG's conv) train at
     # lr * pos_lr_scale. Under Adam a parameter moves at most about the summed learning rate, ~0.3 over the
     # default schedule, while a position table starting at std .02 must grow to the tokens' scale:
-    # at scale 1 `learned` and `relbias` stall (docs/results.md has the ablation).
-    pos_lr_scale: float = 30.0
-    weight_decay: float = 0.05
-    warmup_epochs: float = 1.0
-    min_lr_ratio: float = 0.01
-    label_smoothing: float = 0.1
-    grad_clip: float = 1.0
-    betas: tuple[float, float] = (0.9, 0.999)
+    # at scale 1 `learned` and `relbias` stall (docs/results.md has the ablation and the scales tried).
+    pos_lr_scale: float = opt(30.0, "learning-rate factor for the position scheme's own parameters", gt=0)
+    weight_decay: float = opt(0.05, "AdamW weight decay (none on norms, biases, position)", ge=0)
+    warmup_epochs: float = opt(1.0, "linear warm-up (epochs)", ge=0)
+    min_lr_ratio: float = opt(0.01, "final lr / peak lr of the cosine schedule", ge=0, le=1)
+    label_smoothing: float = opt(0.1, "label smoothing", ge=0, lt=1)
+    grad_clip: float = opt(1.0, "gradient norm clip (0: off)", ge=0)
+    betas: tuple[float, float] = opt((0.9, 0.999), "AdamW betas", ge=0, lt=1)
+    ema: float = opt(0.0, "keep an EMA of the weights with this decay, e.g. 0.9998; evaluated and checkpointed "
+                          "(0: off)", ge=0, lt=1)  # fmt: skip
 
 
 @dataclass
 class TrainerConfig:
-    accelerator: str = "cpu"
-    devices: int = 1
-    num_nodes: int = 1
-    strategy: str = "auto"
-    precision: str = "32-true"
-    seed: int = 0
-    out: str | None = None
-    resume: bool = False
-    overwrite: bool = False
-    fast_dev_run: bool = False
-    compile: bool = False
-    ckpt_every_n_steps: int | None = None
-    log_every_n_steps: int = 10
-    eval_resolutions: list[int] = field(default_factory=list)
-    train_resolutions: list[int] = field(default_factory=list)
+    accelerator: str = opt("cpu", "device type", choices=ACCELERATORS, resumable=True)
+    devices: int = opt(1, "devices per node", gt=0)
+    num_nodes: int = opt(1, "nodes", gt=0)
+    strategy: str = opt("auto", "Lightning strategy", choices=strategy_names, resumable=True)
+    precision: str = opt("32-true", "numeric precision", choices=PRECISIONS, resumable=True)
+    seed: int = opt(0, "random seed")
+    out: str | None = opt(None, "run folder (default: a fresh folder under runs/)", resumable=True)
+    resume: bool = opt(False, "continue the run in --out from checkpoints/last.ckpt", resumable=True)
+    overwrite: bool = opt(False, "move an existing run in --out aside and start anew", resumable=True)
+    fast_dev_run: bool = opt(False, "one batch of train and val, no checkpoints", resumable=True)
+    compile: bool = opt(False, "torch.compile the model", resumable=True)
+    ckpt_every_n_steps: int | None = opt(None, "also write last.ckpt every N optimizer steps", gt=0, resumable=True)
+    log_every_n_steps: int = opt(10, "log training metrics every N steps", gt=0, resumable=True)
+    eval_resolutions: list[int] = opt(
+        factory=list, help="after training, sweep these test resolutions", gt=0, resumable=True
+    )
+    train_resolutions: list[int] = opt(factory=list, help="multi-resolution training: one per batch", gt=0)
 
 
 @dataclass
@@ -138,8 +204,8 @@ class Config:
         return _from_dict(cls, d or {}, "")
 
     def save_yaml(self, path: str | Path) -> None:
-        d = self.to_dict()
-        d["optim"]["betas"] = list(d["optim"]["betas"])
+        d = {name: {k: list(v) if isinstance(v, tuple) else v for k, v in section.items()}
+             for name, section in self.to_dict().items()}  # fmt: skip
         Path(path).write_text(yaml.safe_dump(d, sort_keys=False))
 
     @classmethod
@@ -163,17 +229,133 @@ def _from_dict(cls: type, d: dict[str, Any], where: str) -> Any:
     unknown = set(d) - set(known)
     if unknown:
         raise ConfigError(f"unknown config key(s) {sorted(unknown)} in '{where or 'root'}'; valid: {sorted(known)}")
+    hints = typing.get_type_hints(cls)
     kwargs = {}
     for name, value in d.items():
-        f = known[name]
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        if dataclasses.is_dataclass(default):
-            kwargs[name] = _from_dict(type(default), value, f"{where}.{name}".lstrip("."))
-        elif name == "betas" and value is not None:
-            kwargs[name] = tuple(value)
+        key = f"{where}.{name}".lstrip(".")
+        if dataclasses.is_dataclass(hints[name]):
+            kwargs[name] = _from_dict(hints[name], value, key)
         else:
-            kwargs[name] = value
+            kwargs[name] = coerce(value, hints[name], key)
     return cls(**kwargs)
+
+
+# -- field types and bounds ---------------------------------------------------------------------------
+def _describe(tp: Any) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _describe(a) for a in args)
+    plural = {bool: "true/false values", int: "integers", float: "numbers", str: "strings"}
+    if origin is tuple:
+        return f"a list of {len(args)} {plural.get(args[0], args[0])}"
+    if origin is list:
+        return f"a list of {plural.get(args[0], args[0])}"
+    if origin is dict:
+        return "a mapping"
+    return {bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(tp, str(tp))
+
+
+def coerce(value: Any, tp: Any, key: str) -> Any:
+    """``value`` as type ``tp`` (a field's annotation), or a ConfigError naming ``key``.
+
+    Lenient only where YAML is surprising: a number written ``1e-3`` reads as a string and is
+    accepted as a float; an integer is a valid float. Nothing else is converted.
+    """
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+
+    def bad() -> ConfigError:
+        return ConfigError(f"config key {key} must be {_describe(tp)}, got {value!r}")
+
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for a in (a for a in args if a is not type(None)):
+            try:
+                return coerce(value, a, key)
+            except ConfigError:
+                pass
+        raise bad()
+    if origin in (tuple, list):
+        if not isinstance(value, list | tuple) or (origin is tuple and len(value) != len(args)):
+            raise bad()
+        items = [coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise bad()
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise bad()
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise bad()
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                raise bad() from None
+        raise bad()
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise bad()
+    return value
+
+
+def choices_of(f: dataclasses.Field) -> tuple[str, ...] | None:
+    """A field's valid names (a registry is asked when called), or None when any value of its type goes."""
+    c = f.metadata.get("choices")
+    return tuple(c()) if callable(c) else c
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    """The command-line flag of a field: ``--`` and its metadata ``flag`` or its name with dashes."""
+    return "--" + (f.metadata.get("flag") or f.name.replace("_", "-"))
+
+
+def walk(cfg: Config) -> Iterator[tuple[str, Any, dataclasses.Field]]:
+    """(section, section object, field) for every leaf field of ``cfg``."""
+    for sf in fields(cfg):
+        section = getattr(cfg, sf.name)
+        for f in fields(section):
+            yield sf.name, section, f
+
+
+def check(cfg: Config) -> None:
+    """Type, finiteness, bounds and choices of every field; a ConfigError naming the flag otherwise."""
+    for name, section, f in walk(cfg):
+        hints = typing.get_type_hints(type(section))
+        value = coerce(getattr(section, f.name), hints[f.name], f"{name}.{f.name}")
+        setattr(section, f.name, value)
+        flag = flag_of(f)
+        items = value if isinstance(value, list | tuple) else [value]
+        for v in items:
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ConfigError(f"{flag} must be a finite number, got {v}")
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                _check_bounds(flag, v, f.metadata)
+        choices = choices_of(f)
+        if choices is not None and value is not None and value not in choices:
+            raise ConfigError(f"unknown {flag} '{value}'; valid: {', '.join(choices)}")
+
+
+def _check_bounds(flag: str, v: float, meta: Any) -> None:
+    ge, gt, le, lt = (meta.get(k) for k in ("ge", "gt", "le", "lt"))
+    low = "" if ge is None and gt is None else (f"[{ge:g}" if ge is not None else f"({gt:g}")
+    high = "" if le is None and lt is None else (f"{le:g}]" if le is not None else f"{lt:g})")
+    if (ge is not None and v < ge) or (gt is not None and v <= gt) or (le is not None and v > le) or (
+            lt is not None and v >= lt):  # fmt: skip
+        if not high:
+            kind = " integer" if isinstance(v, int) else " number"
+            need = f"a positive{kind}" if gt == 0 else f">= {ge:g}" if ge is not None else f"> {gt:g}"
+            raise ConfigError(f"{flag} must be {need}, got {v:g}")
+        raise ConfigError(f"{flag} must be in {low or '(-inf'}, {high}, got {v:g}")
 
 
 def apply_preset(model: ModelConfig, preset: str) -> None:

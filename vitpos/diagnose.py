@@ -1,6 +1,8 @@
 """Diagnostics of one checkpoint: what its position scheme learned, and whether the model uses it.
 
-    python -m vitpos.diagnose --ckpt runs/a/checkpoints/last.ckpt --out DIR [--num-images 256]
+    python -m vitpos.diagnose --ckpt runs/a/checkpoints/last.ckpt [--out DIR] [--num-images 256]
+
+(default ``--out``: ``runs/a/diagnostics/``, beside the run's other outputs)
 
 Each picture is drawn only for schemes that use its hook, detected generically through the seam
 (nothing here knows scheme names):
@@ -227,17 +229,31 @@ def plot_position_similarity(model: ViT, path: str | Path) -> Path | None:
 
 
 def _heads_figure(maps: Tensor, rows: list[str], title: str, cbar: str, extent=None):
-    """maps (rows, heads, h, w) -> one panel per (row, head), a shared colour scale symmetric about 0."""
+    """maps (rows, heads, h, w) -> one panel per (row, head) on a shared colour scale.
+
+    Signed values get a diverging map symmetric about 0; values that are all >= 0 a sequential one
+    from 0, so that colour never suggests a sign the data do not have. With ``extent`` the panels
+    are offset maps and their axes are labelled dx / dy (patches)."""
     plt = _plt()
     n_rows, heads = maps.shape[:2]
-    lim = float(maps.nan_to_num(nan=0.0).abs().max()) or 1.0  # NaN: masked, drawn blank
-    fig, axes = plt.subplots(n_rows, heads, figsize=(2.2 * heads + 1, 2.2 * n_rows + 0.6), squeeze=False)
+    finite = maps.nan_to_num(nan=0.0)  # NaN: masked, drawn blank
+    if float(finite.min()) >= 0:
+        cmap, vmin, vmax = "viridis", 0.0, float(finite.max()) or 1.0
+    else:
+        lim = float(finite.abs().max()) or 1.0
+        cmap, vmin, vmax = "RdBu_r", -lim, lim
+    fig, axes = plt.subplots(n_rows, heads, figsize=(2.2 * heads + 1, 2.2 * n_rows + 0.8), squeeze=False)
     for r in range(n_rows):
         for hd in range(heads):
             ax = axes[r][hd]
-            im = ax.imshow(maps[r, hd].numpy(), cmap="RdBu_r", vmin=-lim, vmax=lim, extent=extent)
+            im = ax.imshow(maps[r, hd].numpy(), cmap=cmap, vmin=vmin, vmax=vmax, extent=extent)
             ax.set_title(f"{rows[r]} head {hd}", fontsize=8)
             ax.tick_params(labelsize=6)
+            if extent is not None:
+                if r == n_rows - 1:
+                    ax.set_xlabel("dx (patches)", fontsize=7)
+                if hd == 0:
+                    ax.set_ylabel("dy (patches)", fontsize=7)
     fig.colorbar(im, ax=axes, fraction=0.02, label=cbar)
     fig.suptitle(title)
     return fig
@@ -270,20 +286,28 @@ def plot_rope_kernel(model: ViT, path: str | Path) -> Path | None:
 
 
 def plot_attention_distance(dist: Tensor, path: str | Path, max_dist: float | None = None) -> Path:
-    """Mean attention distance per head (dots) against layer, as in the ViT paper."""
+    """Mean attention distance per head against block, as in the ViT paper.
+
+    Each head has its own colour and marker and a small sideways offset, so heads at the same
+    distance stay apart; the dashed line is the largest distance on the grid (its diagonal)."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    fig, ax = plt.subplots(figsize=(5.6, 3.6))
     depth, heads = dist.shape
+    colours = plt.get_cmap("tab10" if heads <= 10 else "tab20")
+    markers = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "*"]
+    spread = 0.5 / max(heads, 1)
     for hd in range(heads):
-        ax.scatter(range(depth), dist[:, hd].numpy(), s=14, label=f"head {hd}" if heads <= 8 else None)
+        x = [b + (hd - (heads - 1) / 2) * spread for b in range(depth)]
+        ax.scatter(x, dist[:, hd].numpy(), s=22, color=colours(hd % colours.N), marker=markers[hd % len(markers)],
+                   edgecolor="black", linewidth=0.3, label=f"head {hd}")  # fmt: skip
     if max_dist is not None:
-        ax.axhline(max_dist, color="0.5", linestyle="--", linewidth=1)
+        ax.axhline(max_dist, color="0.5", linestyle="--", linewidth=1,
+                   label=f"max distance on the grid ({max_dist:.2f})")  # fmt: skip
     ax.set_xticks(range(depth))
     ax.set_xlabel("block")
     ax.set_ylabel("mean attention distance (patches)")
-    ax.set_ylim(bottom=0)
-    if heads <= 8:
-        ax.legend(fontsize=7)
+    ax.set_ylim(bottom=0, top=(max_dist or float(dist.max())) * 1.08)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), ncol=1 if heads <= 12 else 2)
     return _save(fig, path)
 
 
@@ -382,10 +406,11 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m vitpos.diagnose", description="Pictures and numbers on one checkpoint's positions.")
     p.add_argument("--ckpt", required=True, metavar="FILE", help="checkpoint to diagnose")
-    p.add_argument("--out", required=True, metavar="DIR", help="folder for the PNGs and diagnostics.json")
+    p.add_argument("--out", metavar="DIR", help="folder for the PNGs and diagnostics.json (default: RUN/diagnostics/ "
+                   "for RUN/checkpoints/last.ckpt, RUN/diagnostics-<stem>/ for another checkpoint of RUN)")  # fmt: skip
     p.add_argument("--num-images", type=int, default=256, help="validation images to use (default 256)")
     p.add_argument("--data-dir", help="where the data set's files are (default: the checkpoint's)")
-    p.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
+    p.add_argument("--overwrite", action="store_true", help="write into a non-empty --out (default: refuse)")
     return p
 
 
@@ -393,15 +418,18 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
+    from .evaluate import default_out
+
     args = build_parser().parse_args(argv)
+    out = args.out or default_out(args.ckpt, "diagnostics")
     try:
-        summary = diagnose(args.ckpt, args.out, num_images=args.num_images, data_dir=args.data_dir,
+        summary = diagnose(args.ckpt, out, num_images=args.num_images, data_dir=args.data_dir,
                            overwrite=args.overwrite)  # fmt: skip
     except ConfigError as e:
         print(f"vitpos.diagnose: error: {e}", file=sys.stderr)
         return 2
     print(report(summary))
-    print(f"vitpos.diagnose: wrote {', '.join(summary['pictures'])} and {SUMMARY} to {args.out}")
+    print(f"vitpos.diagnose: wrote {', '.join(summary['pictures'])} and {SUMMARY} to {out}")
     return 0
 
 

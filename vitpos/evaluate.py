@@ -20,11 +20,9 @@ import argparse
 import csv
 import io
 import json
-import logging
 import os
 import re
 import sys
-import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,11 +107,20 @@ class TransferEval(L.LightningModule):
     with an empty shard cannot leave the others waiting.
     """
 
-    def __init__(self, model: ViT, jobs: list[tuple[Dataset, str]], batch_size: int, num_workers: int = 0):
+    def __init__(
+        self,
+        model: ViT,
+        jobs: list[tuple[Dataset, str]],
+        batch_size: int,
+        num_workers: int = 0,
+        labels: list[str] | None = None,
+    ):
         super().__init__()
         self.model = model
         self.jobs, self.batch_size, self.num_workers = jobs, batch_size, num_workers
+        self.labels = labels
         self.counts = torch.zeros(len(jobs), 2, dtype=torch.long)
+        self._announced = -1
 
     def test_dataloader(self) -> list[DataLoader]:
         rank, world = self.trainer.global_rank, self.trainer.world_size  # known only once launched
@@ -128,6 +135,9 @@ class TransferEval(L.LightningModule):
         ]
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        if self.labels is not None and dataloader_idx != self._announced:  # progress: one line per job
+            self._announced = dataloader_idx
+            _note(f"[{dataloader_idx + 1}/{len(self.jobs)}] {self.labels[dataloader_idx]}")
         images, labels = batch
         method = self.jobs[dataloader_idx][1]
         if self.model.pos.method != method:  # the setter clears the scheme's cache: switch only when needed
@@ -158,9 +168,12 @@ def evaluate_model(
     trainer: L.Trainer,
     batch_size: int = 256,
     num_workers: int = 0,
+    labels: list[str] | None = None,
 ) -> list[tuple[int, int]]:
-    """(correct, seen) summed over all ranks for each (dataset, method) job; the same on every rank."""
-    module = TransferEval(model, jobs, batch_size, num_workers)
+    """(correct, seen) summed over all ranks for each (dataset, method) job; the same on every rank.
+
+    ``labels`` (one per job): printed as each job starts, so a long sweep shows its progress."""
+    module = TransferEval(model, jobs, batch_size, num_workers, labels)
     default = model.pos.method
     try:
         trainer.test(module, verbose=False)
@@ -313,7 +326,9 @@ def sweep(
         if data.limit is not None:
             datasets = {r: Subset(ds, range(min(data.limit, len(ds)))) for r, ds in datasets.items()}
         jobs = [(datasets[r], m) for r in res for m in plan.methods]
-        counts = evaluate_model(plan.model, jobs, trainer, cfg.data.batch_size, cfg.data.num_workers)
+        labels = [f"{plan.path}: {cfg.model.pos}/{cfg.model.stem} at {resolution_label(r)} px, method {m}"
+                  for r in res for m in plan.methods]  # fmt: skip
+        counts = evaluate_model(plan.model, jobs, trainer, cfg.data.batch_size, cfg.data.num_workers, labels)
         for (r, m), (correct, seen) in zip([(r, m) for r in res for m in plan.methods], counts, strict=True):
             h, w = to_hw(r)
             records.append(
@@ -335,6 +350,7 @@ def sweep(
                     "split": data.split,
                     "eval_resize": cfg.data.eval_resize,
                     "crop_ratio": cfg.data.crop_ratio,
+                    "num_classes": cfg.model.num_classes,
                     "top1": correct / seen if seen else float("nan"),
                     "correct": correct,
                     "samples": seen,
@@ -395,7 +411,10 @@ def markdown_table(records: list[dict[str, Any]]) -> str:
 def plot(records: list[dict[str, Any]], ax=None):
     """Top-1 vs resolution, one line per run x method, a dashed vertical line at each training resolution.
 
-    The x axis is the side of the equal-area square, sqrt(H*W), so non-square resolutions have a place.
+    The y axis runs from 0 to 100 % with chance (1 / classes, when the records carry it) drawn as a
+    dotted line. The x axis is the side of the equal-area square, sqrt(H*W), so non-square
+    resolutions have a place. Colour tells the run, line style and marker the method; markers are
+    hollow and lines drawn first are wider, so methods that coincide stay visible under each other.
     """
     import matplotlib.pyplot as plt
 
@@ -413,13 +432,19 @@ def plot(records: list[dict[str, Any]], ax=None):
             x = [(r["height"] * r["width"]) ** 0.5 for r in pts]
             y = [100 * r["top1"] for r in pts]
             ax.plot(x, y, color=colours[i % len(colours)], linestyle=styles[j % len(styles)],
-                    marker=markers[j % len(markers)], markersize=4, label=f"{labels[ckpt]} · {m}")  # fmt: skip
+                    linewidth=max(0.8, 2.4 - 0.5 * j), marker=markers[j % len(markers)],
+                    markersize=max(3.0, 7.0 - 1.3 * j), markerfacecolor="none",
+                    label=f"{labels[ckpt]} · {m}")  # fmt: skip
+    chances = sorted({100 / r["num_classes"] for r in records if r.get("num_classes")})
+    for c in chances:
+        ax.axhline(c, color="0.35", linestyle=":", linewidth=1.2, label=f"chance ({c:.3g} %)")
     for t in sorted({r["train_resolution"] for r in records}):
         ax.axvline(t, color="0.4", linestyle="--", linewidth=1)
         ax.annotate(f"train {t}", (t, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -12),
                     textcoords="offset points", fontsize=8, color="0.3")  # fmt: skip
     cols = _sorted_resolutions(records)
     ax.set_xticks([(h * w) ** 0.5 for h, w in cols], [str(h) if h == w else f"{h}x{w}" for h, w in cols])
+    ax.set_ylim(0, 100)
     ax.set_xlabel("test resolution (px)")
     ax.set_ylabel("top-1 (%)")
     ax.grid(alpha=0.3)
@@ -468,10 +493,18 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
     return data["records"] if isinstance(data, dict) else data
 
 
-def default_out(ckpt: str | Path) -> Path:
-    """``<folder of the checkpoint>/<checkpoint stem>-resolution``."""
+def default_out(ckpt: str | Path, kind: str = "resolution") -> Path:
+    """Where a result on ``ckpt`` goes by default: beside the run it belongs to.
+
+    ``RUN/<kind>/`` for a run's ``checkpoints/last.ckpt`` (where ``train.py --eval-resolutions``
+    writes its sweep), ``RUN/<kind>-<stem>/`` for the run's other checkpoints, and
+    ``<folder>/<stem>-<kind>/`` for a checkpoint outside a run folder.
+    """
     p = Path(ckpt)
-    return p.parent / f"{p.stem}-resolution"
+    if p.parent.name == "checkpoints":
+        run = p.parent.parent
+        return run / kind if p.stem == "last" else run / f"{kind}-{p.stem}"
+    return p.parent / f"{p.stem}-{kind}"
 
 
 def check_out(out_dir: str | Path, overwrite: bool) -> None:
@@ -519,51 +552,53 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .config import ACCELERATORS, PRECISIONS, data_names, strategy_names
+    from .pos import POS_REGISTRY
+
+    methods = ", ".join(dict.fromkeys(m for cls in POS_REGISTRY.values() for m in cls.methods))
     p = _Parser(
         prog="python -m vitpos.evaluate",
         description="Evaluate checkpoints at other resolutions with every resolution-transfer method of their scheme.",
     )
-    p.add_argument("--ckpt", nargs="+", default=[], metavar="FILE", help="checkpoint(s) to evaluate")
-    p.add_argument(
-        "--init-from",
-        nargs="+",
-        default=[],
-        metavar="SPEC",
-        help="pretrained model(s): timm:NAME (downloads), or a weights file with --init-arch",
-    )
-    p.add_argument("--init-arch", metavar="NAME", help="timm architecture of the --init-from weights file")
-    p.add_argument("--resolutions", nargs="+", required=True, metavar="R", help="test resolutions: R or HxW")
-    p.add_argument("--methods", nargs="+", help="transfer methods (default: every method each scheme offers)")
-    p.add_argument("--data", "--data-name", dest="data", help="data set (default: the checkpoint's)")
-    p.add_argument("--data-dir", help="where the data set's files are (default: the checkpoint's)")
-    p.add_argument("--crop-ratio", type=float, help="eval crop ratio in (0, 1] (default: the checkpoint's)")
-    p.add_argument("--resize", choices=["crop", "full"], help="eval resize protocol (default: the checkpoint's)")
-    p.add_argument(
-        "--interpolation",
-        choices=["bicubic", "bilinear", "nearest"],
-        help="resize interpolation (default: the checkpoint's, or the pretrained model's)",
-    )
-    p.add_argument("--mean", type=float, nargs="+", help="normalisation mean per channel (default: as trained)")
-    p.add_argument("--std", type=float, nargs="+", help="normalisation std per channel (default: as trained)")
-    p.add_argument("--split", choices=["val", "test"], default="val")
-    p.add_argument("--batch-size", type=int, help="per-device batch size (default: the checkpoint's)")
-    p.add_argument("--num-workers", type=int)
-    p.add_argument("--limit", type=int, help="evaluate only the first N images of the split (quick checks)")
-    p.add_argument("--accelerator", default="cpu", help="cpu | gpu | auto")
-    p.add_argument("--devices", type=int, default=1)
-    p.add_argument("--strategy", default="auto", help="auto | ddp | ...")
-    p.add_argument("--num-nodes", type=int, default=1)
-    p.add_argument("--precision", default=None, help="e.g. 32-true (default), bf16-mixed")
-    p.add_argument("--out", help="output folder (default: <checkpoint folder>/<stem>-resolution)")
-    p.add_argument("--overwrite", action="store_true", help="replace an earlier result in --out")
+    a = p.add_argument
+    a("--ckpt", nargs="+", default=[], metavar="FILE", help="checkpoint(s) to evaluate")
+    a("--init-from", nargs="+", default=[], metavar="SPEC",
+      help="pretrained model(s): timm:NAME (downloads), or a weights file with --init-arch")  # fmt: skip
+    a("--init-arch", metavar="NAME", help="timm architecture of the --init-from weights file")
+    a("--resolutions", nargs="+", required=True, metavar="R", help="test resolutions: R or HxW")
+    a("--methods", nargs="+", metavar="NAME",
+      help=f"transfer methods {{{methods}}} (default: every method each scheme offers)")  # fmt: skip
+    a("--data", "--data-name", dest="data", metavar="NAME",
+      help=f"data set {{{', '.join(data_names())}}} (default: the checkpoint's)")  # fmt: skip
+    a("--data-dir", help="where the data set's files are (default: the checkpoint's)")
+    a("--crop-ratio", type=float, help="eval crop ratio in (0, 1] (default: the checkpoint's)")
+    a("--resize", choices=["crop", "full"], help="eval resize protocol {crop, full} (default: the checkpoint's)")
+    a("--interpolation", choices=["bicubic", "bilinear", "nearest"],
+      help="resize interpolation {bicubic, bilinear, nearest} (default: as trained or as pretrained)")  # fmt: skip
+    a("--mean", type=float, nargs="+", help="normalisation mean per channel (default: as trained)")
+    a("--std", type=float, nargs="+", help="normalisation std per channel (default: as trained)")
+    a("--split", choices=["val", "test"], default="val", help="{val, test} (default: val)")
+    a("--batch-size", type=int, help="per-device batch size (default: the checkpoint's)")
+    a("--num-workers", type=int, help="data loader worker processes (default: the checkpoint's)")
+    a("--limit", type=int, help="evaluate only the first N images of the split (quick checks; default: all)")
+    a("--accelerator", default="cpu", metavar="NAME", help=f"{{{', '.join(ACCELERATORS)}}} (default: cpu)")
+    a("--devices", type=int, default=1, help="devices per node (default: 1)")
+    a("--strategy", default="auto", metavar="NAME",
+      help=f"Lightning strategy {{{', '.join(strategy_names())}}} (default: auto)")  # fmt: skip
+    a("--num-nodes", type=int, default=1, help="nodes (default: 1)")
+    a("--precision", default=None, metavar="NAME", help=f"{{{', '.join(PRECISIONS)}}} (default: 32-true)")
+    a("--out", help="output folder (default: RUN/resolution/ for RUN/checkpoints/last.ckpt, "
+      "RUN/resolution-<stem>/ for another checkpoint of RUN)")  # fmt: skip
+    a("--overwrite", action="store_true", help="replace an earlier result in --out")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .config import ACCELERATORS, PRECISIONS, strategy_names
+    from .training import quiet_logs
+
     args = build_parser().parse_args(argv)
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no "GPU available" banner per sweep
-    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    quiet_logs()
     try:
         for flag, v in (
             ("--batch-size", args.batch_size),
@@ -578,6 +613,14 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--num-workers must be >= 0, got {args.num_workers}")
         if args.crop_ratio is not None and not 0 < args.crop_ratio <= 1:
             raise ConfigError(f"--crop-ratio must be in (0, 1], got {args.crop_ratio}")
+        if args.precision is not None and args.precision not in PRECISIONS:
+            raise ConfigError(f"unknown --precision '{args.precision}'; valid: {', '.join(PRECISIONS)}")
+        if args.strategy not in strategy_names():
+            raise ConfigError(f"unknown --strategy '{args.strategy}'; valid: {', '.join(strategy_names())}")
+        if args.accelerator not in ACCELERATORS:
+            raise ConfigError(f"unknown --accelerator '{args.accelerator}'; valid: {', '.join(ACCELERATORS)}")
+        if args.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+            raise ConfigError(f"--accelerator {args.accelerator}: no CUDA GPU is available here")
         resolutions = [parse_resolution(r) for r in args.resolutions]
         if (args.mean is None) != (args.std is None):
             raise ConfigError("--mean and --std go together")

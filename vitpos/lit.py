@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from timm.data import Mixup
+from timm.utils import ModelEmaV3
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -98,9 +99,26 @@ class LitViT(L.LightningModule):
             }
         )
         self._ks = ks
+        # --ema: a moving average of the weights (timm's ModelEmaV3: parameters and buffers), updated after
+        # every optimizer step, scored in validation and test, and saved in checkpoints as ema.module.*.
+        # Its position caches stay correct: a cached entry is keyed on its parameters' versions, which
+        # each in-place EMA update bumps, and every train/eval switch clears them.
+        self.ema: ModelEmaV3 | None = None
+        if o.ema > 0:
+            self.ema = ModelEmaV3(self.model, decay=o.ema)
+            self.ema.requires_grad_(False)  # never optimised (and DDP must not wait for its gradients)
+            self.ema.train(self.training)  # Lightning switches train/eval for the whole module; start in step
 
     def forward(self, images: Tensor) -> Tensor:
         return self.model(images)
+
+    def eval_model(self) -> ViT:
+        """The weights validation and test score: the EMA when kept, else the trained ones."""
+        return self.ema.module if self.ema is not None else self.model
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.ema is not None:
+            self.ema.update(self.model, step=self.global_step)  # after the optimizer step of this batch
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         images, labels = batch
@@ -122,7 +140,7 @@ class LitViT(L.LightningModule):
 
     def _eval_step(self, stage: str, batch: tuple[Tensor, Tensor]) -> None:
         images, labels = batch
-        logits = self(images)
+        logits = self.eval_model()(images)
         loss = F.cross_entropy(logits, labels)
         self._update(stage, logits, labels)
         self.log(f"{stage}/loss", loss, prog_bar=stage == "val", sync_dist=True, batch_size=images.shape[0])

@@ -10,23 +10,42 @@ The folder ``OUT`` holds ``config.yaml`` (the resolved config), ``checkpoints/la
 
 from __future__ import annotations
 
+import copy
+import csv
+import fcntl
 import json
+import logging
 import os
+import shutil
+import signal
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+import torch
+from lightning.fabric.loggers.logger import rank_zero_experiment
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 from .checkpoint import AtomicCheckpointIO, config_from_checkpoint, load_checkpoint
 from .cli import build_parser, config_from_args
-from .config import Config, ConfigError
+from .config import Config, ConfigError, walk
 from .data import build_datamodule
 from .lit import LitViT
 
 _OUT_ENV = "VITPOS_RUN_OUT"  # hands the chosen run folder to the processes Lightning's DDP launcher starts
+LOCK = ".lock"  # held (flock) by the training process for the run's life
+# What a start writes before its first checkpoint: a folder holding only these (and no checkpoint)
+# is an unfinished start, cleared by the next one.
+START_ARTEFACTS = ("config.yaml", "logs", "tb", "checkpoints")
+
+
+class RunInterrupted(Exception):
+    """Ctrl-C during training; the message says what was kept and how to go on."""
 
 
 def env_rank() -> int:
@@ -37,8 +56,70 @@ def env_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", 0))  # Lightning's own launcher, one node
 
 
+# -- the run folder ---------------------------------------------------------------------------------------------
+class RunLock:
+    """An exclusive flock on ``OUT/.lock`` for the life of a run: a second run on the same folder is refused.
+
+    The kernel drops the lock when the process ends, however it ends (SIGKILL included), so a
+    crashed run never leaves a stale lock behind."""
+
+    _held: dict[Path, RunLock] = {}
+
+    def __init__(self, out: Path):
+        self.path = out / LOCK
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(self.fd)
+            raise ConfigError(
+                f"{out} is in use by another training run (pid {holder}); wait for it to end or choose another --out"
+            ) from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+        RunLock._held[out] = self
+
+    def release(self, remove: bool = False) -> None:
+        if remove:
+            self.path.unlink(missing_ok=True)
+        os.close(self.fd)
+        RunLock._held = {k: v for k, v in RunLock._held.items() if v is not self}
+
+
+def release_lock(out: Path, remove: bool = False) -> None:
+    lock = RunLock._held.get(out)
+    if lock is not None:
+        lock.release(remove)
+
+
+def _entries(out: Path) -> list[Path]:
+    return [p for p in out.iterdir() if p.name != LOCK]
+
+
+def has_checkpoint(out: Path) -> bool:
+    ckpts = out / "checkpoints"
+    return ckpts.is_dir() and any(p.suffix == ".ckpt" for p in ckpts.iterdir())
+
+
+def unfinished_start(out: Path) -> bool:
+    """``out`` holds only what a start writes before its first checkpoint, and no checkpoint."""
+    entries = _entries(out)
+    return bool(entries) and all(p.name in START_ARTEFACTS for p in entries) and not has_checkpoint(out)
+
+
+def clear_start(out: Path) -> None:
+    """Remove what a start wrote (config, logs, an empty checkpoints folder); nothing else is touched."""
+    for name in START_ARTEFACTS:
+        p = out / name
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+
+
 def resolve_out(cfg: Config) -> Path:
-    """Choose the run folder and make sure no earlier run is overwritten silently."""
+    """Choose the run folder, take its lock, and make sure no earlier run is overwritten silently."""
     t = cfg.trainer
     if env_rank() > 0 and os.environ.get(_OUT_ENV):  # a process the launcher started: same folder as rank 0
         return Path(os.environ[_OUT_ENV])
@@ -50,24 +131,159 @@ def resolve_out(cfg: Config) -> Path:
     else:
         out = Path(t.out)
     if env_rank() == 0 and not t.fast_dev_run:
-        has_run = out.exists() and any(out.iterdir())
-        if t.resume:
-            if not (out / "checkpoints" / "last.ckpt").is_file():
-                raise ConfigError(f"nothing to resume: {out / 'checkpoints' / 'last.ckpt'} does not exist")
-        elif has_run:
-            if not t.overwrite:
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--out {out} is a file, not a folder")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"cannot create --out {out}: {e.strerror}") from None
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise ConfigError(f"--out {out} is not writable")
+        RunLock(out)
+        last = out / "checkpoints" / "last.ckpt"
+        if t.resume and not last.is_file():
+            if not unfinished_start(out):
+                release_lock(out)
+                raise ConfigError(f"nothing to resume: {last} does not exist")
+            clear_start(out)
+            t.resume = False
+            print(f"train.py: {out} holds a start that never reached a checkpoint; starting it afresh", file=sys.stderr)
+        elif not t.resume and _entries(out):
+            if unfinished_start(out):
+                clear_start(out)
+                print(f"train.py: cleared an unfinished start (no checkpoint) in {out}", file=sys.stderr)
+            elif not t.overwrite:
+                release_lock(out)
                 raise ConfigError(
                     f"{out} already holds a run; pass --resume to continue it, --overwrite to move it aside, "
                     "or choose another --out"
                 )
-            aside = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
-            out.rename(aside)
-            print(f"moved the earlier run in {out} to {aside}", file=sys.stderr)
+            else:
+                aside = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+                aside.mkdir()
+                for p in _entries(out):
+                    p.rename(aside / p.name)
+                print(f"moved the earlier run in {out} to {aside}", file=sys.stderr)
     os.environ[_OUT_ENV] = str(out)
     return out
 
 
-def build_trainer(cfg: Config, out: Path) -> L.Trainer:
+# -- comparing a resumed run's config --------------------------------------------------------------------------
+def config_changes(saved: Config, requested: Config) -> list[str]:
+    """'section.field (old -> new)' for every field that differs and may not change on resume."""
+    changes = []
+    for (name, a_section, f), (_, b_section, _) in zip(walk(saved), walk(requested), strict=True):
+        a, b = getattr(a_section, f.name), getattr(b_section, f.name)
+        if a != b and not f.metadata.get("resumable"):
+            changes.append(f"{name}.{f.name} ({a!r} -> {b!r})")
+    return changes
+
+
+def resolve_config(args) -> Config:
+    """The config of the run to start, or of the run to resume (the checkpoint's, checked against the flags)."""
+    given = vars(args)
+    out = given.get("out")
+    if not (given.get("resume") and out):
+        return config_from_args(args)
+    last = Path(out) / "checkpoints" / "last.ckpt"
+    if last.is_file():
+        saved = config_from_checkpoint(load_checkpoint(last))
+        requested = config_from_args(args, base=copy.deepcopy(saved))
+        changes = config_changes(saved, requested)
+        if changes:
+            raise ConfigError(
+                f"cannot resume {out}: the run was trained with other settings: {'; '.join(changes)}; "
+                "resume without changing them, or start a new run in another --out"
+            )
+        return requested
+    started = Path(out) / "config.yaml"
+    if started.is_file() and unfinished_start(Path(out)):  # a start that never checkpointed: its own config
+        return config_from_args(args, base=Config.from_yaml(started))
+    return config_from_args(args)
+
+
+# -- logging and time ------------------------------------------------------------------------------------------
+class _KeepHistoryWriter(ExperimentWriter):
+    """Lightning's CSV writer, except that a resumed run keeps the rows logged before its checkpoint."""
+
+    def __init__(self, log_dir: str, resume_step: int | None):
+        self.resume_step = resume_step
+        super().__init__(log_dir)
+
+    def _check_log_dir_exists(self) -> None:
+        path = Path(self.metrics_file_path)
+        if self.resume_step is None or not path.is_file():
+            return super()._check_log_dir_exists()
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            keys = list(reader.fieldnames or [])
+            # Rows logged after the checkpoint (a run killed mid-epoch) are logged again by the resumed run.
+            rows = [r for r in reader if r.get("step") not in (None, "") and int(float(r["step"])) < self.resume_step]
+        tmp = path.with_name(f".{path.name}.tmp")
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=keys)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, path)
+        self.metrics_keys = keys
+
+
+class HistoryCSVLogger(CSVLogger):
+    """CSV logs that survive a resume: one ``metrics.csv`` holds the rows from before and after it."""
+
+    def __init__(self, *args, resume_step: int | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.resume_step = resume_step
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None:
+            os.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _KeepHistoryWriter(self.log_dir, self.resume_step)
+        return self._experiment
+
+
+class TrainClock(Callback):
+    """Training wall time, carried in the checkpoint so that a resumed run reports the sum over its parts."""
+
+    def __init__(self) -> None:
+        self.before, self.start = 0.0, None
+
+    def seconds(self) -> float:
+        return self.before + (time.perf_counter() - self.start if self.start is not None else 0.0)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.start = time.perf_counter()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.before, self.start = self.seconds(), None
+
+    def state_dict(self) -> dict[str, float]:
+        return {"seconds": self.seconds()}
+
+    def load_state_dict(self, state_dict: dict[str, float]) -> None:
+        self.before = float(state_dict.get("seconds", 0.0))
+
+
+def quiet_logs() -> None:
+    """Silence Lightning's banners and tips (its info messages) and the warnings known to be harmless here.
+
+    Lightning's own warnings (rank_zero_warn) and every other warning still show."""
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda",
+                 "lightning.fabric.utilities.rank_zero"):  # fmt: skip
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for message in (
+        r".*does not have many workers.*",  # num_workers=0 is the CPU default here, on purpose
+        r".*smaller than the logging interval.*",  # small sets: fewer batches than log_every_n_steps
+        r".*LeafSpec.*",  # a deprecation inside Lightning's own pytree use
+        r".*Experiment logs directory .* exists and is not empty.*",  # resumed runs append on purpose
+        r".*Checkpoint directory .* exists and is not empty.*",  # idem
+    ):
+        warnings.filterwarnings("ignore", message=message)
+
+
+def build_trainer(cfg: Config, out: Path, resume_step: int | None = None) -> L.Trainer:
     t = cfg.trainer
     ckpt_dir = out / "checkpoints"
     # Lightning's save_last only writes when a top-k file was written, so `last.ckpt` gets its own
@@ -84,6 +300,7 @@ def build_trainer(cfg: Config, out: Path) -> L.Trainer:
         ),
         ModelCheckpoint(dirpath=ckpt_dir, filename="last", enable_version_counter=False),
         LearningRateMonitor(logging_interval="step"),
+        TrainClock(),
     ]
     if t.ckpt_every_n_steps:
         callbacks.append(
@@ -94,26 +311,42 @@ def build_trainer(cfg: Config, out: Path) -> L.Trainer:
                 every_n_train_steps=t.ckpt_every_n_steps,
             )
         )
-    return L.Trainer(
-        accelerator=t.accelerator,
-        devices=t.devices,
-        num_nodes=t.num_nodes,
-        strategy=t.strategy,
-        precision=t.precision,
-        max_epochs=cfg.optim.epochs,
-        gradient_clip_val=cfg.optim.grad_clip or None,
-        default_root_dir=out,
-        logger=[CSVLogger(out, name="logs", version=""), TensorBoardLogger(out, name="tb", version="")],
-        callbacks=callbacks,
-        plugins=[AtomicCheckpointIO()],
-        fast_dev_run=t.fast_dev_run,
-        log_every_n_steps=t.log_every_n_steps,
-        enable_model_summary=False,
-        # On resume the sanity-check pass would draw from the RNG just restored and shift every later shuffle.
-        num_sanity_val_steps=0 if t.resume else 2,
-    )
+    if t.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--accelerator {t.accelerator}: no CUDA GPU is available here; use --accelerator cpu")
+    if t.accelerator == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("--accelerator mps: MPS is not available here; use --accelerator cpu")
+    try:
+        return L.Trainer(
+            accelerator=t.accelerator,
+            devices=t.devices,
+            num_nodes=t.num_nodes,
+            strategy=t.strategy,
+            precision=t.precision,
+            max_epochs=cfg.optim.epochs,
+            gradient_clip_val=cfg.optim.grad_clip or None,
+            default_root_dir=out,
+            # flushed at every log call, so that a killed run loses no row written before its checkpoint
+            logger=[
+                HistoryCSVLogger(out, name="logs", version="", resume_step=resume_step, flush_logs_every_n_steps=1),
+                TensorBoardLogger(out, name="tb", version=""),
+            ],  # fmt: skip
+            callbacks=callbacks,
+            plugins=[AtomicCheckpointIO()],
+            fast_dev_run=t.fast_dev_run,
+            log_every_n_steps=t.log_every_n_steps,
+            enable_model_summary=False,
+            # On resume the sanity-check pass would draw from the RNG just restored and shift every later shuffle.
+            num_sanity_val_steps=0 if t.resume else 2,
+        )
+    except MisconfigurationException as e:  # e.g. more devices than the machine has
+        raise ConfigError(f"the trainer refused the settings: {str(e).splitlines()[0]}") from None
 
 
+def _clock(trainer: L.Trainer) -> TrainClock:
+    return next(c for c in trainer.callbacks if isinstance(c, TrainClock))
+
+
+# -- the run ---------------------------------------------------------------------------------------------------
 def run(cfg: Config) -> dict:
     """Train (or resume) the run ``cfg`` describes; return its results (also written to results.json)."""
     pre = None
@@ -125,10 +358,37 @@ def run(cfg: Config) -> dict:
         if pre.data_config and cfg.data.mean is None:  # the normalisation the weights were trained with
             cfg.data.mean, cfg.data.std = list(pre.data_config["mean"]), list(pre.data_config["std"])
     out = resolve_out(cfg)
-    ckpt_path = None
+    fresh = not cfg.trainer.resume and not cfg.trainer.fast_dev_run and env_rank() == 0
+    try:
+        return _run(cfg, out, pre)
+    except BaseException:
+        # A fresh start that ends before it trained a step leaves nothing behind to block the next start.
+        if fresh and out.is_dir() and _nothing_trained(out):
+            clear_start(out)
+        raise
+    finally:
+        if out.is_dir():
+            empty = not _entries(out)
+            release_lock(out, remove=empty)
+            if empty and not any(out.iterdir()):
+                out.rmdir()
+
+
+def _nothing_trained(out: Path) -> bool:
+    last = out / "checkpoints" / "last.ckpt"
+    if not has_checkpoint(out):
+        return True
+    try:
+        return not last.is_file() or int(load_checkpoint(last).get("global_step", 0)) == 0
+    except ConfigError:
+        return False
+
+
+def _run(cfg: Config, out: Path, pre=None) -> dict:
+    ckpt_path, resume_step = None, None
     if cfg.trainer.resume:
         ckpt_path = out / "checkpoints" / "last.ckpt"
-        load_checkpoint(ckpt_path)  # a corrupt or foreign file fails here, in one line
+        resume_step = int(load_checkpoint(ckpt_path).get("global_step", 0))  # a corrupt file fails here, in one line
     L.seed_everything(cfg.trainer.seed, workers=True, verbose=False)
     dm = build_datamodule(cfg.data, img_size=cfg.model.img_size, seed=cfg.trainer.seed)
     dm.train_resolutions = list(cfg.trainer.train_resolutions)  # one resolution per batch; see vitpos.data.base
@@ -136,6 +396,8 @@ def run(cfg: Config) -> dict:
         raise ConfigError(
             f"{pre.spec} takes {cfg.model.in_chans} input channel(s); data '{cfg.data.name}' has {dm.in_chans}"
         )
+    if cfg.data.verify_images and env_rank() == 0:
+        verify_images(dm)
     cfg.model.num_classes, cfg.model.in_chans = dm.num_classes, dm.in_chans
     lit = LitViT(cfg.to_dict())
     if pre is not None:
@@ -146,26 +408,39 @@ def run(cfg: Config) -> dict:
                 print(f"vitpos: {note}", flush=True)
     if cfg.trainer.compile:
         lit.model.compile()
-    trainer = build_trainer(cfg, out)
+    trainer = build_trainer(cfg, out, resume_step)
     if trainer.is_global_zero:
         out.mkdir(parents=True, exist_ok=True)
-        if not cfg.trainer.fast_dev_run:
+        if not cfg.trainer.fast_dev_run and not cfg.trainer.resume:
             cfg.save_yaml(out / "config.yaml")
         world = trainer.world_size
         scaled = "scaled linearly (x global/256)" if cfg.optim.lr_scaling == "linear" else "not scaled with the batch"
         print(
             f"vitpos: pos={cfg.model.pos} stem={cfg.model.stem} data={cfg.data.name} img={cfg.model.img_size} "
-            f"params={sum(p.numel() for p in lit.parameters()) / 1e6:.2f}M out={out}\n"
+            f"params={sum(p.numel() for p in lit.model.parameters()) / 1e6:.2f}M out={out}\n"
             f"vitpos: global batch = {cfg.data.batch_size} per device x {trainer.num_devices} devices x "
             f"{trainer.num_nodes} nodes = {cfg.data.batch_size * world}; lr {cfg.optim.lr:g} {scaled}",
             flush=True,
         )
-    start = time.perf_counter()
-    trainer.fit(lit, datamodule=dm, ckpt_path=ckpt_path, weights_only=True)
-    train_seconds = time.perf_counter() - start
+    try:
+        trainer.fit(lit, datamodule=dm, ckpt_path=ckpt_path, weights_only=True)
+    except SystemExit:
+        if trainer.interrupted:  # Lightning turns Ctrl-C into exit(1) after its own shutdown
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # Lightning leaves Ctrl-C ignored
+            raise KeyboardInterrupt from None
+        raise
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        raise
+    train_seconds = _clock(trainer).seconds()
     results: dict = {"out": str(out), "train_seconds": round(train_seconds, 1)}
     if cfg.trainer.fast_dev_run:
         return results
+    if trainer.global_step == 0:
+        raise ConfigError(
+            f"trained zero steps: the training set gives no full batch of {cfg.data.batch_size} images per device on "
+            f"{trainer.world_size} device(s); lower --batch-size, use fewer devices or more training images"
+        )
     val = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     tested = trainer.test(lit, datamodule=dm, ckpt_path=best or None, weights_only=True, verbose=False)
@@ -176,6 +451,7 @@ def run(cfg: Config) -> dict:
             "data": cfg.data.name,
             "epochs": cfg.optim.epochs,
             "global_step": trainer.global_step,
+            "ema": cfg.optim.ema,
             "last_val": val,
             "best_val_top1": float(trainer.checkpoint_callback.best_model_score or float("nan")),
             "best_checkpoint": best,
@@ -184,11 +460,7 @@ def run(cfg: Config) -> dict:
     )
     if trainer.is_global_zero:
         (out / "results.json").write_text(json.dumps(results, indent=2))
-        print(
-            f"vitpos: done in {train_seconds:.0f}s; best val top-1 {results['best_val_top1']:.4f}, "
-            f"test top-1 {results['test'].get('test/top1', float('nan')):.4f}; results in {out / 'results.json'}",
-            flush=True,
-        )
+        print(summary(results, out, cfg), flush=True)
     if cfg.trainer.eval_resolutions:
         from .evaluate import sweep_and_write
 
@@ -203,24 +475,55 @@ def run(cfg: Config) -> dict:
     return results
 
 
+def summary(results: dict, out: Path, cfg: Config) -> str:
+    """The end-of-run lines: scores, where the checkpoints are, and the command to run next."""
+    last = out / "checkpoints" / "last.ckpt"
+    weights = " (EMA weights)" if cfg.optim.ema else ""
+    img, patch = cfg.model.img_size, cfg.model.patch_size
+    resolutions = sorted({img, img * 3 // 2 // patch * patch, 2 * img})
+    next_cmd = f"python -m vitpos.evaluate --ckpt {last} --resolutions {' '.join(map(str, resolutions))}"
+    return (
+        f"vitpos: done in {results['train_seconds']:.0f}s of training; best val top-1 {results['best_val_top1']:.4f}, "
+        f"test top-1 {results['test'].get('test/top1', float('nan')):.4f}{weights}\n"
+        f"vitpos: checkpoints {last} (last), {results['best_checkpoint'] or '-'} (best); "
+        f"results {out / 'results.json'}\n"
+        f"vitpos: next: {next_cmd}"
+    )
+
+
+def verify_images(dm) -> None:
+    """Decode every image of every split the data module reads; one line listing the bad files, if any."""
+    bad = dm.verify_images() if hasattr(dm, "verify_images") else []
+    if bad:
+        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise ConfigError(f"{len(bad)} image(s) cannot be decoded: {shown}; fix or remove them")
+    print(f"vitpos: --verify-images: every image of {dm.name} decodes", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``train.py``: a bad input ends in one line on stderr and exit status 2."""
     args = build_parser().parse_args(argv)
+    quiet_logs()
+    # Under DDP every rank meets the same bad input; rank 0 alone says so.
+    say = print if env_rank() == 0 else (lambda *a, **k: None)
     try:
-        base = None
-        if getattr(args, "resume", False) and getattr(args, "out", None):
-            last = Path(args.out) / "checkpoints" / "last.ckpt"
-            if last.is_file():  # the run's own config; flags given now still override it
-                base = config_from_checkpoint(load_checkpoint(last))
-        cfg = config_from_args(args, base=base)
-        run(cfg)
+        run(resolve_config(args))
     except ConfigError as e:
-        print(f"train.py: error: {e}", file=sys.stderr)
+        say(f"train.py: error: {e}", file=sys.stderr)
         return 2
     except FloatingPointError as e:
-        print(f"train.py: error: {e}", file=sys.stderr)
+        say(f"train.py: error: {e}", file=sys.stderr)
         return 3
     except KeyboardInterrupt:
-        print("train.py: interrupted; the last checkpoint is kept", file=sys.stderr)
+        say(interrupted_message(getattr(args, "out", None) or os.environ.get(_OUT_ENV)), file=sys.stderr)
         return 130
     return 0
+
+
+def interrupted_message(out: str | None) -> str:
+    last = Path(out) / "checkpoints" / "last.ckpt" if out else None
+    if last is not None and last.is_file():
+        return (
+            f"train.py: interrupted; last checkpoint kept ({last}); resume with: python train.py --resume --out {out}"
+        )
+    return "train.py: interrupted before the first checkpoint; nothing was kept"

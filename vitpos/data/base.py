@@ -152,6 +152,10 @@ class VitposDataModule(L.LightningDataModule):
         """Split `split` without transforms: items (PIL image, int label)."""
         raise NotImplementedError
 
+    def verify_images(self) -> list[str]:
+        """Files of the set that cannot be decoded (``--verify-images``); sets not read from image files have none."""
+        return []
+
     # -- datasets -----------------------------------------------------------------------------
     def _check_split(self, split: str) -> None:
         if split not in SPLITS:

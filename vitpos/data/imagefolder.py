@@ -8,7 +8,8 @@ whatever they are; the eval protocol resizes them).
 Undecodable images fail loudly: loading one raises a one-line ConfigError naming the file
 (``cannot decode image PATH: ...``), so that no image is silently dropped from an
 evaluation. With ``num_workers > 0`` the DataLoader re-raises it in the main process with
-the worker's traceback attached.
+the worker's traceback attached. ``verify_images()`` (``train.py --verify-images``) decodes
+every file up front and lists all the bad ones.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ def load_rgb(path: str) -> Image.Image:
             img = Image.open(f)
             return img.convert("RGB")  # convert() forces the full decode while the file is open
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ConfigError(
-            f"cannot decode image {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+            f"cannot decode image {path}: {reason}; train.py --verify-images lists every bad file of the set"
         ) from None
 
 
@@ -59,8 +61,25 @@ class ImageFolderDataModule(VitposDataModule):
                 raise ConfigError(
                     f"imagefolder: class folders of {self.root / split} differ from those of {self.root / 'train'}"
                 )
+        if len(self.classes) < 2:
+            raise ConfigError(
+                f"imagefolder: {self.root / 'train'} has one class folder ({self.classes[0]}); "
+                "a classifier needs two or more"
+            )
         self.num_classes = len(self.classes)
         self.native_size = img_size
+
+    def verify_images(self) -> list[str]:
+        """Every file of train/, val/ and test/ that cannot be decoded (all are decoded once)."""
+        bad = []
+        for split in ("train", "val", "test"):
+            if (self.root / split).is_dir():
+                for path, _ in self.raw(split).samples:  # type: ignore[attr-defined]
+                    try:
+                        load_rgb(path)
+                    except ConfigError:
+                        bad.append(path)
+        return bad
 
     def _classes(self, split: str) -> list[str]:
         return sorted(p.name for p in (self.root / split).iterdir() if p.is_dir())
