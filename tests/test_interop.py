@@ -220,12 +220,17 @@ def carried_as(part: str, method: str) -> str | None:
 
     A parameter sized by the grid is carried by the method itself (learned, relbias); a scheme without one
     is rebuilt at the new grid, which it then serves as its training grid: integer positions, i.e.
-    extrapolation (sincos2d, the ropes). cpb's MLP carries over unchanged and normalises offsets by the
-    new grid: its ``normalized``."""
+    extrapolation (sincos2d, the ropes, alibi2d, lookhere). cpb's MLP carries over unchanged and normalises
+    offsets by the new grid: its ``normalized``; rope2d-norm's normalised coordinates serve every grid alike.
+    liere's generators are rescaled so that either method keeps its spacing."""
     if part in ("learned", "relbias", "peg", "none"):
         return method
     if part == "cpb":
         return "normalized"
+    if part == "liere":  # its generators are rescaled to keep the method's spacing
+        return method
+    if part == "rope2d-norm":  # normalised coordinates: any grid is served alike
+        return method if method == "normalized" else None
     return method if method == "extrapolate" else None
 
 

@@ -214,9 +214,9 @@ def _wrong_value(tp):
     """A YAML value of the wrong type for a field annotated ``tp``."""
     import typing
 
-    if typing.get_origin(tp) in (list, tuple, dict):
-        return 3
     base = next(a for a in typing.get_args(tp) if a is not type(None)) if type(None) in typing.get_args(tp) else tp
+    if typing.get_origin(base) in (list, tuple, dict):
+        return 3
     return {bool: "yes", int: "three", float: "three", str: 3}[base]
 
 
