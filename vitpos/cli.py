@@ -156,7 +156,7 @@ def config_from_args(args: argparse.Namespace, base: Config | None = None) -> Co
 
 def validate(cfg: Config) -> None:
     """Check names and numbers up front, so a bad value fails in one line before anything runs."""
-    from .data import DATA_NAMES
+    from .data import DATA_NAMES, is_data_name
     from .pos import POS_SCHEMES
     from .stems import STEMS
 
@@ -165,8 +165,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"unknown --pos '{m.pos}'; valid: {', '.join(POS_SCHEMES)}")
     if m.stem not in STEMS:
         raise ConfigError(f"unknown --stem '{m.stem}'; valid: {', '.join(STEMS)}")
-    if d.name not in DATA_NAMES:
-        raise ConfigError(f"unknown --data '{d.name}'; valid: {', '.join(DATA_NAMES)}")
+    if not is_data_name(d.name):
+        raise ConfigError(f"unknown --data '{d.name}'; valid: {', '.join(DATA_NAMES)}, hf:NAME_OR_PATH")
     positive = {
         "--epochs": o.epochs,
         "--batch-size": d.batch_size,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -46,7 +47,8 @@ def resolve_out(cfg: Config) -> Path:
         if t.resume:
             raise ConfigError("--resume needs --out pointing at the run to continue")
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        out = Path("runs") / f"{cfg.data.name}-{cfg.model.pos}-{cfg.model.stem}-{stamp}"
+        data = re.sub(r"[^\w.-]+", "_", cfg.data.name).strip("_")  # hf:PATH -> hf_PATH: one folder
+        out = Path("runs") / f"{data}-{cfg.model.pos}-{cfg.model.stem}-{stamp}"
     else:
         out = Path(t.out)
     if env_rank() == 0 and not t.fast_dev_run:
