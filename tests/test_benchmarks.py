@@ -38,3 +38,15 @@ def test_a_finished_sweep_is_reused_only_when_command_and_checkpoints_match(benc
     os.utime(ckpt, (new, new))
     assert not bench.finished_sweep(cmd, [str(ckpt)], sweep_dir)  # retrained after the sweep
     assert "fashion_mnist" in sys.modules
+
+
+def test_data_page_is_rendered_from_its_json_and_derives_workers_from_it(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import data_loading
+
+    record = json.loads((ROOT / "docs" / "data.json").read_text())
+    assert data_loading.render(record) == (ROOT / "docs" / "data.md").read_text()  # the page matches its data
+    per_core = record["measured"]["shards"]["img_per_cpu_s"]
+    need = data_loading.GPUS_PER_NODE * record["published"]["train_img_per_s"]
+    workers = record["workers_per_node"]["shards"]
+    assert (workers - 1) * per_core < need <= workers * per_core  # the fewest one-core workers that keep up

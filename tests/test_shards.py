@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CLASSES = ("a", "b", "c")
 N_TRAIN, N_VAL = 192, 39  # 39: odd, so an even split between two ranks would need a padded duplicate
 VAL_ID0 = 1000
+PIXEL_ATOL = 1e-6  # lossless storage: only float rounding between the two paths
 TINY = ["--pos", "learned", "--embed-dim", "32", "--depth", "1", "--num-heads", "2"]
 
 # Run train.py with training_step wrapped to log, per rank, "epoch global_step id id ..." for every batch.
@@ -141,6 +142,38 @@ def test_sharding_again_keeps_finished_splits_and_completes_the_rest(shards, fol
     assert (out / "val" / "index.json").is_file() and not (out / "val" / ".checkpoints").exists()
     with pytest.raises(ConfigError, match="another set"):
         write_shards(cfg, out, quality=90, workers=1, verbose=False)  # another encoding into the same folder
+
+
+@pytest.mark.parametrize("name", ["digits", "shapes"])
+def test_arrays_are_stored_losslessly_so_shards_serve_what_the_source_serves(name, tmp_path):
+    cfg = DataConfig(name=name, val_size=24)
+    write_shards(cfg, tmp_path / "sh", splits=["val"], workers=1, verbose=False)
+    source = build_datamodule(cfg, 32).eval_dataset(32, "val")
+    shards = build_datamodule(DataConfig(name="shards", data_dir=str(tmp_path / "sh")), 32).eval_dataset(32, "val")
+    assert len(shards) == len(source)
+    for i in range(len(source)):
+        (xs, ys), (xh, yh) = source[i], shards[i]
+        assert ys == yh
+        torch.testing.assert_close(xh, xs, rtol=0, atol=PIXEL_ATOL)
+
+
+def test_quality_reencodes_as_jpeg_and_a_bad_source_image_is_one_line(folder, tmp_path, capsys):
+    from litdata import StreamingDataset
+
+    from vitpos.data import shard
+
+    write_shards(DataConfig(name="imagefolder", data_dir=str(folder)), tmp_path / "q", splits=["val"], quality=80,
+                 workers=1, verbose=False)  # fmt: skip
+    assert StreamingDataset(str(tmp_path / "q" / "val"))[0]["image"][:2] == b"\xff\xd8"  # JPEG
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    (bad / "val" / "b" / "0001.png").write_bytes(b"not an image")
+    code = shard.main(["--data", "imagefolder", "--data-dir", str(bad), "--out", str(tmp_path / "o"), "--splits", "val",
+                       "--workers", "1", "--quiet"])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "0001.png" in err and len(err.splitlines()) == 1, err
 
 
 # -- training and evaluation -------------------------------------------------------------------------------------

@@ -68,7 +68,10 @@ class HFImages(Dataset):
 def _load(spec: str, download: bool) -> Any:
     if not download:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read before `datasets` is imported: the cache only
-    import datasets
+    try:
+        import datasets
+    except ImportError:
+        raise ConfigError("hf: needs the `datasets` package (pip install 'vitpos[hf]')") from None
 
     path = Path(spec).expanduser()
     try:

@@ -21,8 +21,10 @@ per-worker checkpoints continue the unfinished one. ``--overwrite`` starts afres
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -43,15 +45,15 @@ from .shards import FORMAT, META
 def class_names(dm: VitposDataModule) -> list[str]:
     """The data module's class names where its source has them, else the label numbers as strings."""
     names = getattr(dm, "classes", None)
+    if names is None and dm.name == "shapes":
+        from .shapes import RELATIONS, SHAPES
+
+        names = [f"{s}-{r}" for s in SHAPES for r in RELATIONS]  # label = 4 * shape + relation
     if names is None:
         base = dm.raw("train")
         while isinstance(base, Subset):
             base = base.dataset
         names = getattr(base, "classes", None)
-    if names is None and dm.name == "shapes":
-        from .shapes import RELATIONS, SHAPES
-
-        names = [f"{s}-{r}" for s in SHAPES for r in RELATIONS]  # label = 4 * shape + relation
     names = [str(n) for n in names] if names is not None else [str(i) for i in range(dm.num_classes)]
     if len(names) != dm.num_classes:
         names = [str(i) for i in range(dm.num_classes)]
@@ -196,7 +198,15 @@ def write_shards(
             continue
         _say(verbose, f"{split}: {sizes[split]} images -> {dest} ({workers} worker(s))")
         writer = SampleWriter(cfg, img_size, seed, split, quality)
-        with warnings.catch_warnings():
+        before = set(multiprocessing.active_children())
+        # LitData drains its workers' message queue only when verbose; without that a failed worker leaves the
+        # run waiting forever. So it always runs verbose, and quiet means its output goes nowhere.
+        quiet = contextlib.ExitStack()
+        if not verbose:
+            sink = quiet.enter_context(open(os.devnull, "w"))  # noqa: SIM115
+            quiet.enter_context(contextlib.redirect_stdout(sink))
+            quiet.enter_context(contextlib.redirect_stderr(sink))
+        with quiet, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
                 optimize(
@@ -208,9 +218,11 @@ def write_shards(
                     use_checkpoint=True,  # an interrupted split continues where each worker stopped
                     reorder_files=False,
                     start_method="fork",  # workers inherit the imported modules (spawn re-imports torch in each)
-                    verbose=verbose,
+                    verbose=True,
                 )
             except RuntimeError as e:  # a worker failed; LitData passes on its traceback as text
+                for child in set(multiprocessing.active_children()) - before:
+                    child.terminate()  # LitData leaves the other writers waiting for work that never comes
                 found = re.search(r"ConfigError: (.*)", str(e))
                 why = found.group(1) if found else f"{str(e).strip().splitlines()[-1]}; rerun the command to continue"
                 raise ConfigError(f"{split}: {why}") from None
