@@ -19,8 +19,10 @@ Validation, test and the resolution evaluator read ``DST/val`` and ``DST/test`` 
 Images are decoded with PIL and go through the same transforms as the source set would
 (``vitpos.data.transforms``); class names, channels, mean / std and native size come from ``DST/meta.json``.
 
-A missing or damaged shard (a folder, index.json or chunk file missing, a chunk of the wrong size, bytes
-that do not decode) is a one-line ConfigError.
+A missing or damaged shard (no folder, meta.json or index.json, a chunk file missing or of the wrong size) is a
+one-line ConfigError before anything is read; stored bytes that do not decode are a ConfigError naming the split
+and sample (with ``num_workers > 0`` the DataLoader re-raises it with the worker's traceback attached).
+Remote shards are cached on local disk as LitData does by default (``~/.lightning/chunks``).
 """
 
 from __future__ import annotations
