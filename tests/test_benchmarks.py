@@ -48,3 +48,15 @@ def test_mean_ci_is_the_t_interval_and_separation_needs_disjoint_intervals(bench
     assert bench.separated([0.90, 0.91, 0.92], [0.80, 0.81, 0.82])
     assert not bench.separated([0.90, 0.91, 0.92], [0.88, 0.90, 0.95])  # overlapping intervals
     assert not bench.separated([0.99], [0.10, 0.11])  # one seed: never "beats"
+
+
+def test_data_page_is_rendered_from_its_json_and_derives_workers_from_it(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import data_loading
+
+    record = json.loads((ROOT / "docs" / "data.json").read_text())
+    assert data_loading.render(record) == (ROOT / "docs" / "data.md").read_text()  # the page matches its data
+    per_core = record["measured"]["shards"]["img_per_cpu_s"]
+    need = data_loading.GPUS_PER_NODE * record["published"]["train_img_per_s"]
+    workers = record["workers_per_node"]["shards"]
+    assert (workers - 1) * per_core < need <= workers * per_core  # the fewest one-core workers that keep up

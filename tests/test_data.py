@@ -36,7 +36,7 @@ def test_unknown_name_lists_the_valid_ones():
     assert all(name in msg for name in DATA_NAMES)
 
 
-@pytest.mark.parametrize("name", [n for n in DATA_NAMES if n != "imagefolder"])
+@pytest.mark.parametrize("name", [n for n in DATA_NAMES if n not in ("imagefolder", "shards")])
 def test_registry_entry_constants_and_missing_data(name, tmp_path):
     dm = build_datamodule(DataConfig(name=name, data_dir=str(tmp_path / "nothing")), 32)
     assert isinstance(dm, DATASETS[name]) and dm.name == name

@@ -62,10 +62,19 @@ def stem_names() -> tuple[str, ...]:
     return tuple(STEMS)
 
 
-def data_names() -> tuple[str, ...]:
-    from .data import DATA_NAMES
+class DataNames(tuple):
+    """The registered data set names, plus hf:NAME_OR_PATH, which stands for any Hugging Face set."""
 
-    return tuple(DATA_NAMES)
+    def __contains__(self, name: object) -> bool:
+        from .data import is_data_name
+
+        return isinstance(name, str) and is_data_name(name)
+
+
+def data_names() -> tuple[str, ...]:
+    from .data import DATA_NAMES, HF_PREFIX
+
+    return DataNames((*DATA_NAMES, f"{HF_PREFIX}NAME_OR_PATH"))
 
 
 def strategy_names() -> tuple[str, ...]:

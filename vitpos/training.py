@@ -16,6 +16,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -127,7 +128,8 @@ def resolve_out(cfg: Config) -> Path:
         if t.resume:
             raise ConfigError("--resume needs --out pointing at the run to continue")
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        out = Path("runs") / f"{cfg.data.name}-{cfg.model.pos}-{cfg.model.stem}-{stamp}"
+        data = re.sub(r"[^\w.-]+", "_", cfg.data.name).strip("_")  # hf:PATH -> hf_PATH: one folder
+        out = Path("runs") / f"{data}-{cfg.model.pos}-{cfg.model.stem}-{stamp}"
     else:
         out = Path(t.out)
     if env_rank() == 0 and not t.fast_dev_run:

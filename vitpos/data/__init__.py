@@ -17,6 +17,7 @@ from .digits import DigitsDataModule
 from .imagefolder import ImageFolderDataModule
 from .mnist import FashionMNISTDataModule, MNISTDataModule
 from .shapes import BAG_OF_PATCHES_CEILING, ShapesDataModule, render_shapes
+from .shards import ShardsDataModule
 from .torchvision_sets import (
     CIFAR10DataModule,
     CIFAR100DataModule,
@@ -38,15 +39,26 @@ DATASETS: dict[str, type[VitposDataModule]] = {
         FashionMNISTDataModule,
         MNISTDataModule,
         ImageFolderDataModule,
+        ShardsDataModule,
     )
 }
 DATA_NAMES = tuple(DATASETS)
+HF_PREFIX = "hf:"  # --data hf:NAME_OR_PATH: a Hugging Face `datasets` set (vitpos.data.hf)
+
+
+def is_data_name(name: str) -> bool:
+    """A registered name, or hf:NAME_OR_PATH."""
+    return name in DATASETS or (name.startswith(HF_PREFIX) and len(name) > len(HF_PREFIX))
 
 
 def build_datamodule(cfg: DataConfig, img_size: int, seed: int = 0) -> VitposDataModule:
     """The DataModule named by cfg.name; an unknown name is a ConfigError listing the valid ones."""
+    if cfg.name.startswith(HF_PREFIX):
+        from .hf import HFDataModule  # imports `datasets` only when asked for
+
+        return HFDataModule(cfg, img_size, seed)
     if cfg.name not in DATASETS:
-        raise ConfigError(f"unknown data set '{cfg.name}'; valid: {', '.join(DATA_NAMES)}")
+        raise ConfigError(f"unknown data set '{cfg.name}'; valid: {', '.join(DATA_NAMES)}, {HF_PREFIX}NAME_OR_PATH")
     return DATASETS[cfg.name](cfg, img_size, seed)
 
 
@@ -56,5 +68,6 @@ __all__ = [
     "DATA_NAMES",
     "VitposDataModule",
     "build_datamodule",
+    "is_data_name",
     "render_shapes",
 ]

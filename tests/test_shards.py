@@ -1,0 +1,371 @@
+"""Streaming shards: write, train, evaluate; once per epoch under DDP; mid-epoch resume after a real kill;
+deterministic order; clear errors for missing or damaged shards; Hugging Face sets saved to disk.
+
+Every image of the test set is one flat colour that encodes its id (R, G = id // 256, id % 256), so the ids a
+training step saw can be read back from the normalised batch: no hook in vitpos is needed to observe the order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from vitpos.config import ConfigError, DataConfig
+from vitpos.data import build_datamodule
+from vitpos.data.shard import write_shards
+from vitpos.data.shards import ShardsDataModule
+from vitpos.data.torchvision_sets import IMAGENET_MEAN, IMAGENET_STD
+from vitpos.training import main
+
+ROOT = Path(__file__).resolve().parents[1]
+CLASSES = ("a", "b", "c")
+N_TRAIN, N_VAL = 192, 39  # 39: odd, so an even split between two ranks would need a padded duplicate
+VAL_ID0 = 1000
+PIXEL_ATOL = 1e-6  # lossless storage: only float rounding between the two paths
+TINY = ["--pos", "learned", "--embed-dim", "32", "--depth", "1", "--num-heads", "2"]
+
+# Run train.py with training_step wrapped to log, per rank, "epoch global_step id id ..." for every batch.
+LOGGING_TRAIN = f"""
+import os, sys, time
+import torch
+from vitpos.lit import LitViT
+from vitpos.training import main
+
+MEAN, STD = torch.tensor({list(IMAGENET_MEAN)})[:2], torch.tensor({list(IMAGENET_STD)})[:2]
+real_step = LitViT.training_step
+
+def logged(self, batch, batch_idx):
+    rg = (batch[0][:, :2, 0, 0] * STD + MEAN) * 255
+    ids = (rg.round().long() * torch.tensor([256, 1])).sum(1).tolist()
+    with open(os.environ["SEEN_LOG"] + f".{{self.global_rank}}", "a") as f:
+        f.write(f"{{self.current_epoch}} {{self.global_step}} " + " ".join(map(str, ids)) + "\\n")
+    time.sleep(float(os.environ.get("STEP_DELAY", "0")))
+    return real_step(self, batch, batch_idx)
+
+LitViT.training_step = logged
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def colour_image(i: int) -> Image.Image:
+    return Image.new("RGB", (32, 32), (i // 256, i % 256, 7))
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """An ImageFolder set: 192 training images (ids 0..191), 39 validation images (ids 1000..1038)."""
+    root = tmp_path_factory.mktemp("folder")
+    for split, n, id0 in (("train", N_TRAIN, 0), ("val", N_VAL, VAL_ID0)):
+        for k in range(n):
+            d = root / split / CLASSES[k % 3]
+            d.mkdir(parents=True, exist_ok=True)
+            colour_image(id0 + k).save(d / f"{k:04d}.png")
+    return root
+
+
+@pytest.fixture(scope="module")
+def shards(folder, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("shards") / "set"
+    write_shards(DataConfig(name="imagefolder", data_dir=str(folder)), out, workers=2, verbose=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(shards, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("run") / "run"
+    code = main([*TINY, "--data", "shards", "--data-dir", str(shards), "--out", str(out), "--epochs", "1",
+                 "--batch-size", "32", "--eval-resolutions", "32", "48"])  # fmt: skip
+    assert code == 0
+    return out
+
+
+def run(cmd: list[str], timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **env}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def seen(log: Path) -> list[tuple[int, int, list[int]]]:
+    """(epoch, global_step, ids) per training batch, from every rank's log file."""
+    rows = []
+    for f in sorted(log.parent.glob(log.name + ".*")):
+        for line in f.read_text().splitlines(keepends=True):
+            if line.endswith("\n"):  # a line being written while the test polls is read next time
+                e, s, *ids = map(int, line.split())
+                rows.append((e, s, ids))
+    return rows
+
+
+def seen_rank(log: Path, rank: int) -> list[tuple[int, int, list[int]]]:
+    f = log.with_name(f"{log.name}.{rank}")
+    return [(int(e), int(s), list(map(int, ids))) for e, s, *ids in (ln.split() for ln in f.read_text().splitlines())]
+
+
+def ids_of(rows, epoch: int, steps=range(10**9)) -> list[int]:
+    return [i for e, s, ids in rows if e == epoch and s in steps for i in ids]
+
+
+# -- writing -----------------------------------------------------------------------------------------------------
+def test_shards_hold_every_split_with_the_files_bytes_labels_and_class_names(shards, folder):
+    from litdata import StreamingDataset
+    from torchvision.datasets import ImageFolder
+
+    meta = json.loads((shards / "meta.json").read_text())
+    assert meta["classes"] == list(CLASSES) and meta["source"] == "imagefolder"
+    assert meta["splits"] == {"train": N_TRAIN, "val": N_VAL, "test": N_VAL}  # no test/: test is val
+    for split in ("train", "val"):
+        source = ImageFolder(str(folder / split))
+        stored = StreamingDataset(str(shards / split))
+        assert len(stored) == len(source)
+        by_index = {s["index"]: s for s in (stored[i] for i in range(len(stored)))}
+        assert sorted(by_index) == list(range(len(source)))
+        for i, (path, label) in enumerate(source.samples):  # bytes as found, not re-encoded
+            assert by_index[i]["image"] == Path(path).read_bytes() and by_index[i]["label"] == label
+
+
+def test_sharding_again_keeps_finished_splits_and_completes_the_rest(shards, folder, tmp_path):
+    cfg = DataConfig(name="imagefolder", data_dir=str(folder))
+    out = tmp_path / "partial"
+    write_shards(cfg, out, splits=["train"], workers=1, verbose=False)
+    before = {p.name: p.stat().st_mtime_ns for p in (out / "train").iterdir()}
+    meta = write_shards(cfg, out, workers=1, verbose=False)  # the same command again, all splits
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "train").iterdir()} == before  # kept, not rewritten
+    assert meta["splits"] == {"train": N_TRAIN, "val": N_VAL, "test": N_VAL}
+    assert (out / "val" / "index.json").is_file() and not (out / "val" / ".checkpoints").exists()
+    with pytest.raises(ConfigError, match="another set"):
+        write_shards(cfg, out, quality=90, workers=1, verbose=False)  # another encoding into the same folder
+
+
+@pytest.mark.parametrize("name", ["digits", "shapes"])
+def test_arrays_are_stored_losslessly_so_shards_serve_what_the_source_serves(name, tmp_path):
+    cfg = DataConfig(name=name, val_size=24)
+    write_shards(cfg, tmp_path / "sh", splits=["val"], workers=1, verbose=False)
+    source = build_datamodule(cfg, 32).eval_dataset(32, "val")
+    shards = build_datamodule(DataConfig(name="shards", data_dir=str(tmp_path / "sh")), 32).eval_dataset(32, "val")
+    assert len(shards) == len(source)
+    for i in range(len(source)):
+        (xs, ys), (xh, yh) = source[i], shards[i]
+        assert ys == yh
+        torch.testing.assert_close(xh, xs, rtol=0, atol=PIXEL_ATOL)
+
+
+def test_quality_reencodes_as_jpeg_and_a_bad_source_image_is_one_line(folder, tmp_path, capsys):
+    from litdata import StreamingDataset
+
+    from vitpos.data import shard
+
+    write_shards(DataConfig(name="imagefolder", data_dir=str(folder)), tmp_path / "q", splits=["val"], quality=80,
+                 workers=1, verbose=False)  # fmt: skip
+    assert StreamingDataset(str(tmp_path / "q" / "val"))[0]["image"][:2] == b"\xff\xd8"  # JPEG
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    (bad / "val" / "b" / "0001.png").write_bytes(b"not an image")
+    code = shard.main(["--data", "imagefolder", "--data-dir", str(bad), "--out", str(tmp_path / "o"), "--splits", "val",
+                       "--workers", "1", "--quiet"])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "0001.png" in err and len(err.splitlines()) == 1, err
+
+
+# -- training and evaluation -------------------------------------------------------------------------------------
+def test_shard_train_evaluate(trained):
+    res = json.loads((trained / "results.json").read_text())
+    assert res["global_step"] == N_TRAIN // 32 and "test/top1" in res["test"]
+    records = json.loads((trained / "resolution" / "resolution.json").read_text())
+    assert {r["resolution"] for r in records} == {32, 48}
+    assert all(r["samples"] == N_VAL and r["data"] == "shards" for r in records)
+
+
+def test_the_evaluator_counts_every_shard_image_once_under_ddp(trained, tmp_path):
+    ckpt = trained / "checkpoints" / "last.ckpt"
+    r = run([sys.executable, "-m", "vitpos.evaluate", "--ckpt", str(ckpt), "--resolutions", "32", "--devices", "2",
+             "--strategy", "ddp", "--batch-size", "8", "--out", str(tmp_path / "ddp")])  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    (ddp,) = json.loads((tmp_path / "ddp" / "resolution.json").read_text())
+    (one,) = [x for x in json.loads((trained / "resolution" / "resolution.json").read_text()) if x["resolution"] == 32]
+    assert ddp["samples"] == N_VAL  # 39 on two ranks: 20 + 19, no padded duplicate
+    assert ddp["correct"] == one["correct"]
+
+
+def test_order_is_a_permutation_fixed_by_seed_and_epoch(shards):
+    def orders(seed: int, epochs: int = 2) -> list[list[int]]:
+        cfg = DataConfig(name="shards", data_dir=str(shards), batch_size=16)
+        dm = build_datamodule(cfg, 32, seed=seed)
+        dm.setup("fit")
+        loader = dm.train_dataloader()
+        out = []
+        for _ in range(epochs):
+            out.append([int(i) for x, _ in loader for i in id_from_pixels(x)])
+        return out
+
+    a, b, other = orders(0), orders(0), orders(1)
+    assert a == b  # same seed: the same order, epoch by epoch
+    assert all(sorted(o) == list(range(N_TRAIN)) for o in a + other)  # each epoch: every sample once
+    assert a[0] != a[1] and a[0] != other[0]  # reshuffled per epoch, and per seed
+
+
+def id_from_pixels(x: torch.Tensor) -> list[int]:
+    rg = (x[:, :2, 0, 0] * torch.tensor(IMAGENET_STD[:2]) + torch.tensor(IMAGENET_MEAN[:2])) * 255
+    return (rg.round().long() * torch.tensor([256, 1])).sum(1).tolist()
+
+
+def test_two_ddp_processes_see_every_sample_once_per_epoch(shards, tmp_path):
+    script = tmp_path / "logging_train.py"
+    script.write_text(LOGGING_TRAIN)
+    log = tmp_path / "seen"
+    r = run([sys.executable, str(script), *TINY, "--data", "shards", "--data-dir", str(shards), "--epochs", "2",
+             "--batch-size", "16", "--devices", "2", "--strategy", "ddp", "--out", str(tmp_path / "run")],
+            SEEN_LOG=str(log))  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = seen(log)
+    ranks = [seen_rank(log, k) for k in (0, 1)]
+    for epoch in (0, 1):
+        mine = [ids_of(r, epoch) for r in ranks]
+        assert len(mine[0]) == len(mine[1]) == N_TRAIN // 2  # the same number of steps on both ranks
+        assert sorted(mine[0] + mine[1]) == list(range(N_TRAIN)), f"epoch {epoch}: a sample seen twice or never"
+    assert ids_of(rows, 0) != ids_of(rows, 1)
+
+
+def test_killed_mid_epoch_then_resumed_sees_each_sample_once_in_that_epoch(shards, tmp_path):
+    script = tmp_path / "logging_train.py"
+    script.write_text(LOGGING_TRAIN)
+    out, log, steps_per_epoch = tmp_path / "run", tmp_path / "seen", N_TRAIN // 8
+    args = [sys.executable, str(script), *TINY, "--data", "shards", "--data-dir", str(shards), "--epochs", "2",
+            "--batch-size", "8", "--num-workers", "2", "--ckpt-every-n-steps", "5", "--out", str(out)]  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "SEEN_LOG": str(log),
+           "STEP_DELAY": "0.1"}  # fmt: skip
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
+    deadline = time.time() + 240
+    # kill a few steps into the second epoch, after its first mid-epoch checkpoint
+    while proc.poll() is None and time.time() < deadline:
+        rows = seen(log) if log.with_suffix(".0").exists() else []
+        if any(e == 1 and s >= steps_per_epoch + 8 for e, s, _ in rows):
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be killed; make it longer"
+    os.kill(proc.pid, signal.SIGKILL)  # a real crash: no handler runs
+    proc.wait()
+    from vitpos.checkpoint import load_checkpoint
+
+    step = load_checkpoint(out / "checkpoints" / "last.ckpt")["global_step"]
+    assert steps_per_epoch < step < 2 * steps_per_epoch and step % steps_per_epoch, step  # mid-epoch 1
+    killed = seen(log)
+    for f in tmp_path.glob("seen.*"):
+        f.unlink()
+
+    r = run([*args, "--resume"], SEEN_LOG=str(log))
+    assert r.returncode == 0, r.stderr[-3000:]
+    resumed = seen(log)
+    assert min(s for _, s, _ in resumed) == step  # it restarts at the checkpoint's step
+    first = ids_of(killed, 1, range(step)) + ids_of(resumed, 1)
+    assert sorted(first) == list(range(N_TRAIN)), "a sample of the interrupted epoch was seen twice or skipped"
+    # and it continues with the very samples the killed run had drawn after the checkpoint
+    redo = ids_of(killed, 1, range(step, 10**9))
+    assert redo and ids_of(resumed, 1)[: len(redo)] == redo
+
+
+# -- errors ------------------------------------------------------------------------------------------------------
+def _damage(kind: str, root: Path) -> None:
+    chunk = sorted((root / "train").glob("*.bin"))[0]
+    if kind == "no-folder":
+        import shutil
+
+        shutil.rmtree(root)
+    elif kind == "no-meta":
+        (root / "meta.json").unlink()
+    elif kind == "no-index":
+        (root / "train" / "index.json").unlink()
+    elif kind == "missing-chunk":
+        chunk.unlink()
+    elif kind == "truncated-chunk":
+        chunk.write_bytes(chunk.read_bytes()[:100])
+    elif kind == "garbage-index":
+        (root / "train" / "index.json").write_text("{not json")
+
+
+@pytest.mark.parametrize(
+    "kind, needle",
+    [("no-folder", "no folder"), ("no-meta", "meta.json not found"), ("no-index", "index.json not found"),
+     ("missing-chunk", "is missing"), ("truncated-chunk", "is corrupt"), ("garbage-index", "cannot read")],
+)  # fmt: skip
+def test_missing_or_corrupt_shards_are_one_line_errors(kind, needle, shards, tmp_path, capsys):
+    import shutil
+
+    root = tmp_path / "set"
+    shutil.copytree(shards, root)
+    _damage(kind, root)
+    code = main([*TINY, "--data", "shards", "--data-dir", str(root), "--out", str(tmp_path / "run"), "--epochs", "1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and needle in err and len(err.splitlines()) == 1, err
+
+
+def test_undecodable_bytes_in_a_shard_are_a_clear_error(tmp_path):
+    from vitpos.data.shards import DecodeSample
+
+    with pytest.raises(ConfigError, match="cannot decode the image of train sample 3"):
+        DecodeSample(lambda x: x, 3, "train")({"image": b"\x89PNG garbage", "label": 0, "index": 3})
+
+
+def test_shards_need_a_data_dir():
+    with pytest.raises(ConfigError, match="--data-dir"):
+        ShardsDataModule(DataConfig(name="shards"), 32)
+
+
+# -- Hugging Face datasets ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def hf_set(tmp_path_factory) -> Path:
+    datasets = pytest.importorskip("datasets")
+    feats = datasets.Features({"img": datasets.Image(), "label": datasets.ClassLabel(names=list(CLASSES))})
+    train = datasets.Dataset.from_dict(
+        {"img": [colour_image(k) for k in range(60)], "label": [k % 3 for k in range(60)]}, features=feats
+    )
+    test = datasets.Dataset.from_dict(
+        {"img": [colour_image(500 + k) for k in range(12)], "label": [k % 3 for k in range(12)]}, features=feats
+    )
+    path = tmp_path_factory.mktemp("hf") / "set"
+    datasets.DatasetDict({"train": train, "test": test}).save_to_disk(str(path))
+    return path
+
+
+def test_hf_set_saved_to_disk_reads_its_columns_splits_and_classes(hf_set):
+    dm = build_datamodule(DataConfig(name=f"hf:{hf_set}", holdout_size=6), 32)
+    assert dm.classes == list(CLASSES) and dm.num_classes == 3 and dm.in_chans == 3
+    # no validation split: 6 images carved from train (fixed seed); test is the saved test split
+    assert (len(dm.raw("train")), len(dm.raw("val")), len(dm.raw("test"))) == (54, 6, 12)
+    train_ids = {id_from_pixels(dm.eval_dataset(32, "train")[i][0][None])[0] for i in range(54)}
+    val_ids = {id_from_pixels(dm.eval_dataset(32, "val")[i][0][None])[0] for i in range(6)}
+    assert not train_ids & val_ids and train_ids | val_ids == set(range(60))
+    img, label = dm.raw("test")[4]
+    assert img.getpixel((0, 0)) == (500 // 256, 504 % 256, 7) and label == 4 % 3
+
+
+def test_hf_set_trains_and_shards_keeping_its_stored_bytes(hf_set, tmp_path):
+    import datasets
+
+    out = tmp_path / "run"
+    assert main([*TINY, "--data", f"hf:{hf_set}", "--out", str(out), "--epochs", "1", "--batch-size", "16"]) == 0
+    assert json.loads((out / "results.json").read_text())["global_step"] == 54 // 16
+    meta = write_shards(DataConfig(name=f"hf:{hf_set}"), tmp_path / "sh", splits=["test"], workers=1, verbose=False)
+    assert meta["classes"] == list(CLASSES) and meta["splits"] == {"test": 12}
+    from litdata import StreamingDataset
+
+    stored = datasets.load_from_disk(str(hf_set))["test"].cast_column("img", datasets.Image(decode=False))
+    got = StreamingDataset(str(tmp_path / "sh" / "test"))
+    for k in range(12):
+        s = got[k]
+        assert s["image"] == stored[s["index"]]["img"]["bytes"]
+
+
+def test_hf_unknown_name_is_one_line_and_never_goes_online(tmp_path, capsys):
+    code = main([*TINY, "--data", "hf:nobody/no-such-set", "--out", str(tmp_path / "run"), "--epochs", "1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "cannot load 'nobody/no-such-set'" in err and len(err.splitlines()) == 1, err
