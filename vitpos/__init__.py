@@ -15,4 +15,11 @@ def load_model(path) -> ViT:
     return _load(path)
 
 
-__all__ = ["POS_REGISTRY", "POS_SCHEMES", "STEMS", "ViT", "create_model", "load_model", "__version__"]
+def export_program(model: ViT, dynamic: bool = True, size: tuple[int, int] | None = None):
+    """``torch.export`` the model with dynamic batch, height and width, checked against eager (see vitpos.export)."""
+    from .export import export_program as _export  # torch.export is imported only when exporting
+
+    return _export(model, dynamic=dynamic, size=size)
+
+
+__all__ = ["POS_REGISTRY", "POS_SCHEMES", "STEMS", "ViT", "create_model", "export_program", "load_model", "__version__"]

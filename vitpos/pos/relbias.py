@@ -50,7 +50,7 @@ class RelBiasPos(PosScheme):
 
     def table_for(self, grid: Grid) -> tuple[Tensor, Grid]:
         """The (depth, T, heads) table to index for ``grid`` and the grid it was built for."""
-        if self.method == "clamp" or tuple(grid) == self.train_grid:
+        if self.method == "clamp" or (not torch.compiler.is_exporting() and tuple(grid) == self.train_grid):
             return self.table, self.train_grid
         h, w = self.train_grid
         t = rearrange(self.table, "l (y x) heads -> l heads y x", y=2 * h - 1)
