@@ -15,7 +15,16 @@ from helpers import ROOT
 
 import vitpos
 from vitpos.config import Config
-from vitpos.export import RTOL, NotDynamic, complex_values, export_onnx, main, relative_difference, write_onnx
+from vitpos.export import (
+    RTOL,
+    NotDynamic,
+    complex_values,
+    export_onnx,
+    main,
+    relative_difference,
+    summary_lines,
+    write_onnx,
+)
 
 # Depth 1 keeps an export (trace + ONNX conversion) to seconds; the training grid is 8x8 (32 px, patch 4).
 SMALL = dict(img_size=32, patch_size=4, embed_dim=32, depth=1, num_heads=4, num_classes=5)
@@ -111,6 +120,8 @@ def test_a_method_that_branches_on_the_grid_is_exported_for_fixed_sizes(tmp_path
     assert not report.dynamic and "depends on the grid" in report.reason
     assert {k: v.name for k, v in report.files.items()} == {"24x48": "m_24x48.onnx"}
     assert list(report.checked) == ["24x48"] and report.max_rel_diff <= RTOL
+    said = " ".join(summary_lines(report, model))  # what the command prints
+    assert "NOT dynamic in height and width" in said and "--resolution" in said and ": ok" in said
     x = torch.randn(3, 3, 24, 48)  # a dynamic batch: 3 images although it was traced with 2
     with torch.no_grad():
         assert relative_difference(run_onnx(report.files["24x48"], x), model(x)) <= RTOL
@@ -175,15 +186,6 @@ def test_cli_writes_a_checked_dynamic_file(tmp_path, capsys):
     x = torch.randn(2, 3, 40, 24)
     with torch.no_grad():
         assert relative_difference(run_onnx(out, x), model(x)) <= RTOL
-
-
-def test_cli_says_when_the_grid_is_fixed(tmp_path, capsys):
-    write_checkpoint(tmp_path / "m.ckpt", "rope2d")
-    out = tmp_path / "m.onnx"
-    assert main(["--ckpt", str(tmp_path / "m.ckpt"), "--out", str(out), "--method", "yarn"]) == 0
-    printed = capsys.readouterr().out
-    assert "NOT dynamic in height and width" in printed and "--resolution" in printed
-    assert (tmp_path / "m_32.onnx").exists() and not out.exists()
 
 
 def _one_line_error(stderr: str) -> str:

@@ -220,6 +220,8 @@ def export_onnx(
     for hw in resolutions:
         _check_size(model, hw)
     out = Path(out)
+    if out.is_dir():
+        raise ConfigError(f"--out {out} is a folder; give a file name such as {out / 'model.onnx'}")
     report = ExportReport(_scheme(model), model.pos.method, dynamic=True, files={})
     try:
         program = export_program(model, dynamic=True)
@@ -276,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _summary(report: ExportReport, model: ViT) -> list[str]:
+def summary_lines(report: ExportReport, model: ViT) -> list[str]:
     head = f"{report.scheme} ({report.method})"
     if report.dynamic:
         lines = [
@@ -311,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    for line in _summary(report, model):
+    for line in summary_lines(report, model):
         print(line)
     return 0 if not report.checked or report.max_rel_diff <= RTOL else 1
 
