@@ -6,8 +6,10 @@ with dynamic height and width (``vitpos.export``), and that one file is timed at
 threads, ``--repeats`` rounds each; the table gives the median img/s and the median of per-round ratios,
 so drift from other load hits both sides alike.
 
-    python benchmarks/export.py --write docs/export.md        # about two minutes on 2 CPU cores
+    python benchmarks/export.py --threads 1 --batch-size 16 --steps 1 --repeats 3 --write docs/export.md
     python benchmarks/export.py --quick                        # smoke test
+
+Most of a run is the five exports (trace, ONNX conversion); the timed rounds are short.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import shlex
 import statistics
@@ -111,7 +114,9 @@ def render(result: dict) -> str:
         )
     lines += [
         "",
-        f"torch {env['torch']}, onnxruntime {env['onnxruntime']}, {env['machine']}; {result['date']}.",
+        f"torch {env['torch']}, onnxruntime {env['onnxruntime']}, {env['machine']}, 1-minute load average "
+        f"{env['load_average'][0]} at the start and {env['load_average'][1]} at the end (other jobs shared the "
+        f"machine: absolute img/s are below an idle machine's, the ratios are what compares); {result['date']}.",
         "",
         f"Made by `{result['command']}` (JSON: `{result['json']}`).",
         "",
@@ -133,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.schemes, args.img_sizes, args.steps, args.repeats, args.batch_size = ["none", "rope2d"], [32], 1, 1, 4
     torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()[0]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for pos in args.schemes:
@@ -142,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
         "batch": args.batch_size, "steps": args.steps, "repeats": args.repeats, "threads": args.threads,
         "env": {"torch": torch.__version__, "onnxruntime": ort.__version__,
-                "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads"},
+                "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+                "load_average": [round(load_before, 1), round(os.getloadavg()[0], 1)]},
         "rows": rows,
     }  # fmt: skip
     if args.write:

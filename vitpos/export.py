@@ -70,7 +70,8 @@ def probe_sizes(model: ViT) -> list[tuple[int, int]]:
     """Sizes a dynamic export is checked at: the training size, and two non-square grids, each smaller
     than the trained one along one axis and larger along the other."""
     (gh, gw), p = model.grid, model.patch_size
-    return [(gh * p, gw * p), (max(2, gh // 2) * p, 2 * gw * p), (2 * gh * p, max(2, gw // 2) * p)]
+    small, large = (lambda g: max(2, g // 2) * p), (lambda g: min(2 * g, MAX_GRID) * p)
+    return [(gh * p, gw * p), (small(gh), large(gw)), (large(gh), small(gw))]
 
 
 def relative_difference(out: Tensor, ref: Tensor) -> float:
