@@ -131,10 +131,10 @@ def export_program(model: ViT, dynamic: bool = True, size: tuple[int, int] | Non
 
 
 def _for_onnx(program: ExportedProgram) -> ExportedProgram:
-    # Attention with a mask is spelled out (matmul, softmax, matmul) before the ONNX exporter sees it: the
-    # exporter keeps SDPA whole and re-derives its output layout differently in two of its passes, which
-    # breaks the reshape that follows when the mask has a dynamic size. ONNX below opset 23 has no
-    # attention operator anyway, so the file is the same graph the exporter would write.
+    # Attention is spelled out (matmul, softmax, matmul) before the ONNX exporter sees it. Kept whole, SDPA with a
+    # dynamic-size mask (relbias, cpb) gets one output layout when the exporter decomposes the graph and another
+    # when its type-promotion pass re-runs it, and the reshape after attention fails there. Below opset 23 ONNX
+    # has no attention operator, so the exporter would write matmul, softmax, matmul anyway.
     table = torch.export.default_decompositions()
     return program.run_decompositions({op: fn for op, fn in table.items() if "attention" in op.name()})
 
