@@ -29,5 +29,12 @@ def to_timm(vit: ViT):
     return _to_timm(vit)
 
 
-__all__ = ["POS_REGISTRY", "POS_SCHEMES", "STEMS", "ViT", "create_model", "from_timm", "load_model", "to_timm",
-           "__version__"]  # fmt: skip
+def export_program(model: ViT, dynamic: bool = True, size: tuple[int, int] | None = None):
+    """``torch.export`` the model with dynamic batch, height and width, checked against eager (see vitpos.export)."""
+    from .export import export_program as _export  # torch.export is imported only when exporting
+
+    return _export(model, dynamic=dynamic, size=size)
+
+
+__all__ = ["POS_REGISTRY", "POS_SCHEMES", "STEMS", "ViT", "create_model", "export_program", "from_timm", "load_model",
+           "to_timm", "__version__"]  # fmt: skip

@@ -151,14 +151,15 @@ def rotate(x: Tensor, rot: Tensor) -> Tensor:
     cos + i sin of pair j. ``rot`` broadcasts over the batch: nothing is copied per batch but the result.
     """
     pairs = x.unflatten(-1, (-1, 2))  # (..., d/2, 2): a view
-    if x.dtype in (torch.float32, torch.float64) and not torch.compiler.is_compiling():
+    if x.dtype in (torch.float32, torch.float64) and not (torch.compiler.is_compiling() or torch.jit.is_tracing()):
         # One complex multiply reads x once and writes once, forward and backward: the rotation is
         # memory-bound on the CPU, and this halves its cost against x*cos + swap(x)*sin (benchmarks/).
         if pairs.stride(-1) != 1 or pairs.storage_offset() % 2 or any(st % 2 for st in pairs.stride()[:-1]):
             pairs = pairs.contiguous()  # view_as_complex needs adjacent pairs, even strides and offset
         turn = torch.view_as_complex(rot.to(x.dtype).contiguous())
         return torch.view_as_real(torch.view_as_complex(pairs) * turn).flatten(-2)
-    # bf16/fp16 have no complex dtype, and inductor (no complex codegen) fuses this real form itself.
+    # bf16/fp16 have no complex dtype, inductor (no complex codegen) fuses this real form itself, and ONNX
+    # (torch.export / torch.onnx / jit tracing) has no complex type.
     # The rotation runs in fp32 and is rounded once: cos/sin rounded to bf16 first would be off by up to
     # 2^-9 each, an error that grows with |x| (tests/test_pos_more.py bounds it).
     cos, sin = rot.float().unbind(-1)

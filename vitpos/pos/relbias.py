@@ -61,7 +61,7 @@ class RelBiasPos(PosScheme):
 
     def table_for(self, grid: Grid) -> tuple[Tensor, Grid]:
         """The (depth, T, heads) table to index for ``grid`` and the grid it was built for."""
-        if self.method == "clamp" or tuple(grid) == self.train_grid:
+        if self.method == "clamp" or (not torch.compiler.is_exporting() and tuple(grid) == self.train_grid):
             return self.table, self.train_grid
         h, w = self.train_grid
         size = (2 * grid[0] - 1, 2 * grid[1] - 1)

@@ -1,0 +1,235 @@
+"""Export: one ONNX file / ExportedProgram per model serves every size; no complex value is traced."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from helpers import ROOT
+
+import vitpos
+from vitpos.config import Config
+from vitpos.export import (
+    RTOL,
+    NotDynamic,
+    complex_values,
+    export_onnx,
+    main,
+    relative_difference,
+    summary_lines,
+    write_onnx,
+)
+
+# Depth 1 keeps an export (trace + ONNX conversion) to seconds; the training grid is 8x8 (32 px, patch 4).
+SMALL = dict(img_size=32, patch_size=4, embed_dim=32, depth=1, num_heads=4, num_classes=5)
+SIZES = [(32, 32), (24, 48), (64, 64)]  # the training size, a smaller non-square one, a larger one
+ROPE = [p for p in vitpos.POS_SCHEMES if "rope" in p]
+
+
+def small(pos: str, **kw) -> vitpos.ViT:
+    torch.manual_seed(0)
+    model = vitpos.create_model(pos, **{**SMALL, **kw}).eval()
+    with torch.no_grad():  # sharp attention and position parameters far from their init, so that position shows
+        for block in model.blocks:
+            block.attn.qkv.weight.mul_(30)
+        for name, p in model.named_parameters():
+            if name.startswith("pos."):
+                p.add_(torch.randn_like(p) * p.abs().mean().clamp_min(0.05))
+    return model
+
+
+def run_onnx(path, x: torch.Tensor) -> torch.Tensor:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
+
+
+# Exporting takes seconds per scheme: the default run exports the mission schemes and the learned-parameter
+# ones; every other registry scheme is exported under the `slow` marker (pytest -m slow).
+FAST = {"learned", "sincos2d", "rope2d", "relbias", "none", "rope2d-mixed", "cpb", "rope2d+learned"}
+SCHEMES = [pytest.param(p, marks=() if p in FAST else pytest.mark.slow) for p in vitpos.POS_SCHEMES]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """exported(pos) -> (model, ExportedProgram, ONNX path), built once per scheme for the module."""
+    done: dict[str, tuple] = {}
+    folder = tmp_path_factory.mktemp("export")
+
+    def get(pos: str):
+        if pos not in done:
+            n = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                model = small(pos)
+                program = vitpos.export_program(model, dynamic=True)
+                done[pos] = (model, program, write_onnx(program, folder / f"{pos}.onnx"))
+            finally:
+                torch.set_num_threads(n)
+        return done[pos]
+
+    return get
+
+
+@pytest.mark.parametrize("pos", SCHEMES)
+def test_one_onnx_file_serves_every_size_with_vitpos_logits(exported, pos):
+    model, _, path = exported(pos)
+    for i, size in enumerate(SIZES):
+        x = torch.randn(3 if i else 1, 3, *size)
+        with torch.no_grad():
+            ref = model(x)
+        assert relative_difference(run_onnx(path, x), ref) <= RTOL, size
+    assert complex_values(onnx.load(str(path))) == []
+
+
+@pytest.mark.parametrize("pos", SCHEMES)
+def test_exported_program_has_dynamic_height_and_width(exported, pos):
+    model, program, _ = exported(pos)
+    runner = program.module()
+    for size in SIZES:
+        x = torch.randn(2, 3, *size)
+        with torch.no_grad():
+            assert relative_difference(runner(x), model(x)) <= RTOL, size
+    # the grid is a symbol of the program, not a number traced from the example input
+    name = program.graph_signature.user_inputs[0]
+    image = next(n for n in program.graph.nodes if n.op == "placeholder" and n.name == name).meta["val"]
+    assert all(isinstance(d, torch.SymInt) for d in image.shape[2:]), image.shape
+
+
+def test_the_transfer_method_and_the_positions_really_flow_into_the_file(exported, tmp_path):
+    """A file exported with another method computes that method, and differs where the methods differ."""
+    model, _, default_path = exported("rope2d")
+    x = torch.randn(2, 3, 64, 48)
+    model.pos.method = "interpolate"
+    try:
+        report = export_onnx(model, tmp_path / "interp.onnx", check=False)
+        with torch.no_grad():
+            ref = model(x)
+        assert report.dynamic and report.method == "interpolate"
+        assert relative_difference(run_onnx(report.files["any"], x), ref) <= RTOL
+        assert relative_difference(run_onnx(default_path, x), ref) > 100 * RTOL  # extrapolate is another model
+    finally:
+        model.pos.method = "extrapolate"
+
+
+def test_a_method_that_branches_on_the_grid_is_exported_for_fixed_sizes(tmp_path):
+    model = small("rope2d")
+    model.pos.method = "ntk"  # NTK scales the base only when the grid is larger than the trained one
+    with pytest.raises(NotDynamic):
+        vitpos.export_program(model, dynamic=True)
+    report = export_onnx(model, tmp_path / "m.onnx", resolutions=[(24, 48)])
+    assert not report.dynamic and "depends on the grid" in report.reason
+    assert {k: v.name for k, v in report.files.items()} == {"24x48": "m_24x48.onnx"}
+    assert list(report.checked) == ["24x48"] and report.max_rel_diff <= RTOL
+    said = " ".join(summary_lines(report, model))  # what the command prints
+    assert "NOT dynamic in height and width" in said and "--resolution" in said and ": ok" in said
+    x = torch.randn(3, 3, 24, 48)  # a dynamic batch: 3 images although it was traced with 2
+    with torch.no_grad():
+        assert relative_difference(run_onnx(report.files["24x48"], x), model(x)) <= RTOL
+    with pytest.raises(Exception, match="(?i)dimension|shape"):
+        run_onnx(report.files["24x48"], torch.randn(1, 3, 32, 32))  # fixed: the file serves only its size
+
+
+# -- no complex dtype is traced ------------------------------------------------------------------------------
+
+
+def _complex_ops(graph_text: str) -> bool:
+    return "view_as_complex" in graph_text or "complex" in graph_text.lower()
+
+
+@pytest.mark.parametrize("pos", ROPE)
+def test_tracing_and_export_take_the_real_rotation(pos):
+    model = small(pos)
+    x = torch.randn(2, 3, 32, 32)
+    program = torch.export.export(model, (x,))
+    dtypes = {n.meta["val"].dtype for n in program.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)}
+    assert not {torch.complex64, torch.complex128} & dtypes
+    assert not _complex_ops(str(program.graph))
+    with torch.no_grad():
+        traced = torch.jit.trace(model, x, check_trace=False)
+    assert not _complex_ops(str(traced.inlined_graph))
+    with torch.no_grad():  # the traced real form computes what eager's complex multiply does
+        assert relative_difference(traced(x), model(x)) <= RTOL
+        assert relative_difference(program.module()(x), model(x)) <= RTOL
+
+
+def test_eager_fp32_still_rotates_with_the_complex_multiply():
+    """The export branch is taken only while tracing: eager keeps its faster complex form."""
+    model = small("rope2d")
+    with torch.profiler.profile() as prof, torch.no_grad():
+        model(torch.randn(1, 3, 32, 32))
+    assert any("view_as_complex" in e.name for e in prof.events())
+
+
+# -- command line --------------------------------------------------------------------------------------------
+
+
+def write_checkpoint(path, pos: str = "rope2d") -> vitpos.ViT:
+    cfg = Config()
+    cfg.model.pos, cfg.model.embed_dim, cfg.model.num_heads, cfg.model.depth = pos, 32, 4, 1
+    cfg.model.num_classes = 5
+    from vitpos.lit import model_from_config
+
+    torch.manual_seed(0)
+    model = model_from_config(cfg)
+    state = {f"model.{k}": v for k, v in model.state_dict().items()}
+    torch.save({"state_dict": state, "hyper_parameters": {"config": cfg.to_dict()}, "vitpos_format": 2}, path)
+    return model.eval()
+
+
+def test_cli_writes_a_checked_dynamic_file(tmp_path, capsys):
+    model = write_checkpoint(tmp_path / "m.ckpt", "learned")
+    out = tmp_path / "deploy" / "m.onnx"
+    assert main(["--ckpt", str(tmp_path / "m.ckpt"), "--out", str(out), "--resolution", "40x24"]) == 0
+    printed = capsys.readouterr().out
+    assert "learned (bicubic): dynamic batch, height and width" in printed
+    assert "40x24" in printed and ": ok" in printed
+    x = torch.randn(2, 3, 40, 24)
+    with torch.no_grad():
+        assert relative_difference(run_onnx(out, x), model(x)) <= RTOL
+
+
+def _one_line_error(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip() and "Warning" not in line]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def test_cli_bad_input_fails_in_one_line(tmp_path, capsys):
+    ckpt = tmp_path / "m.ckpt"
+    write_checkpoint(ckpt)
+    foreign = tmp_path / "foreign.ckpt"
+    torch.save({"weights": torch.zeros(2)}, foreign)
+    out = str(tmp_path / "m.onnx")
+    cases = {
+        "checkpoint not found": ["--ckpt", str(tmp_path / "nope.ckpt"), "--out", out],
+        "not a vitpos checkpoint": ["--ckpt", str(foreign), "--out", out],
+        "unknown method 'bicubic'": ["--ckpt", str(ckpt), "--out", out, "--method", "bicubic"],
+        "not a positive multiple of the patch size 4": ["--ckpt", str(ckpt), "--out", out, "--resolution", "30"],
+        "resolution must be an integer": ["--ckpt", str(ckpt), "--out", out, "--resolution", "big"],
+    }
+    for expected, argv in cases.items():
+        assert main(argv) == 2, expected
+        assert expected in _one_line_error(capsys.readouterr().err)
+    assert not (tmp_path / "m.onnx").exists()
+    proc = subprocess.run(
+        [sys.executable, "-m", "vitpos.export", "--ckpt", str(tmp_path / "nope.ckpt"), "--out", out],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1"),
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "checkpoint not found" in _one_line_error(proc.stderr)
+
+
+def test_onnx_output_is_fp32_logits_of_the_right_shape(exported):
+    _, _, path = exported("none")
+    m = onnx.load(str(path))
+    (inp,), (out,) = m.graph.input, m.graph.output
+    dims = [d.dim_param or d.dim_value for d in inp.type.tensor_type.shape.dim]
+    assert dims[1] == 3 and all(isinstance(d, str) for d in (dims[0], dims[2], dims[3])), dims  # B, H, W symbolic
+    assert out.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert np.isfinite(run_onnx(path, torch.randn(1, 3, 8, 8)).numpy()).all()
