@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import gzip
 import pickle
+import random
 import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from helpers import ROOT  # noqa: E402
 from PIL import Image
 
-from vitpos.config import ConfigError, DataConfig
+from vitpos.config import Config, ConfigError, DataConfig
 from vitpos.data import DATA_NAMES, DATASETS, build_datamodule
 from vitpos.data.mnist import FashionMNISTDataModule
 from vitpos.data.transforms import eval_transform, train_transform
@@ -286,3 +288,17 @@ def test_imagefolder_layout_errors(tmp_path):
     _write_folder(tmp_path, "val", "dog", [1])
     with pytest.raises(ConfigError, match="differ"):
         build_datamodule(DataConfig(name="imagefolder", data_dir=str(tmp_path)), 16)
+
+
+@pytest.mark.parametrize("name", ["cifar10", "cifar100", "imagenet"])
+def test_recipe_randaugment_never_asks_for_an_invalid_operation(name):
+    """The recipes' RandAugment draws magnitudes around 9 with std 0.5; at 10 posterize would ask Pillow
+    for 0 bits, which Pillow 13 refuses mid-epoch. 3,000 draws see that case with near certainty."""
+    from timm.data import rand_augment_transform
+
+    spec = Config.from_yaml(ROOT / "configs" / f"{name}.yaml").data.randaugment
+    t = rand_augment_transform(spec, {})
+    img = Image.fromarray((np.random.default_rng(0).random((32, 32, 3)) * 255).astype("uint8"))
+    random.seed(0)
+    for _ in range(3000):
+        t(img)
