@@ -320,7 +320,7 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
 def choices_of(f: dataclasses.Field) -> tuple[str, ...] | None:
     """A field's valid names (a registry is asked when called), or None when any value of its type goes."""
     c = f.metadata.get("choices")
-    return tuple(c()) if callable(c) else c
+    return c() if callable(c) else c  # a registry's own tuple type may widen membership (DataNames)
 
 
 def flag_of(f: dataclasses.Field) -> str:
