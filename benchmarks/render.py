@@ -26,8 +26,9 @@ def pct(v: float) -> str:
 
 
 def interval(values: list[float]) -> str:
-    """'mean [low, high] (n)' in percent; one value: 'value (1)'."""
+    """'mean [low, high] (n)' in percent, the interval clipped to [0, 100]; one value: 'value (1)'."""
     mean, lo, hi = mean_ci(values)
+    lo, hi = max(lo, 0.0), min(hi, 1.0)
     return f"{pct(mean)} ({len(values)})" if len(values) < 2 else f"{pct(mean)} [{pct(lo)}, {pct(hi)}] ({len(values)})"
 
 
@@ -65,7 +66,8 @@ def render_results(data: dict) -> str:
         "not the relation).",
         "",
         "Cells: mean test top-1 in % over seeds, [95 % t-interval], (seeds). Train time: wall time of `Trainer.fit` "
-        "(training and per-epoch validation) with one thread per run and two runs sharing the machine.",
+        "(training and per-epoch validation) with one thread per run, two runs at a time, alongside other jobs: "
+        "it varies with the machine's load, not only with the scheme.",
         "",
         "| scheme | test top-1 | best val top-1 | train time |",
         "|---|---|---|---|",
@@ -230,8 +232,9 @@ def main() -> int:
     if (DOCS / "results.json").is_file():
         (DOCS / "results.md").write_text(render_results(json.loads((DOCS / "results.json").read_text())))
         print("wrote docs/results.md")
-    if (DOCS / "resolution.json").is_file():
-        md = render_resolution(json.loads((DOCS / "resolution.json").read_text()), DOCS / "resolution.png")
+    data = json.loads((DOCS / "resolution.json").read_text()) if (DOCS / "resolution.json").is_file() else None
+    if isinstance(data, dict):  # written by benchmarks/resolution_transfer.py (a bare list: an evaluator's own)
+        md = render_resolution(data, DOCS / "resolution.png")
         (DOCS / "resolution.md").write_text(md)
         print("wrote docs/resolution.md, docs/resolution.png")
     return 0
