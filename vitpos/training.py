@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import errno
 import fcntl
 import json
 import logging
@@ -39,7 +40,7 @@ from .data import build_datamodule
 from .lit import LitViT
 
 _OUT_ENV = "VITPOS_RUN_OUT"  # hands the chosen run folder to the processes Lightning's DDP launcher starts
-LOCK = ".lock"  # held (flock) by the training process for the run's life
+LOCK = ".lock"  # held (lockf) by the training process for the run's life
 # What a start writes before its first checkpoint: a folder holding only these (and no checkpoint)
 # is an unfinished start, cleared by the next one.
 START_ARTEFACTS = ("config.yaml", "logs", "tb", "checkpoints")
@@ -59,10 +60,11 @@ def env_rank() -> int:
 
 # -- the run folder ---------------------------------------------------------------------------------------------
 class RunLock:
-    """An exclusive flock on ``OUT/.lock`` for the life of a run: a second run on the same folder is refused.
+    """An exclusive lock on ``OUT/.lock`` for the life of a run: a second run on the same folder is refused.
 
-    The kernel drops the lock when the process ends, however it ends (SIGKILL included), so a
-    crashed run never leaves a stale lock behind."""
+    A POSIX record lock (lockf), not flock: a flock is shared with every process forked while it is held
+    (data loader workers), which outlive a killed run for a while and would keep it locked. The kernel
+    drops a record lock when its process ends, however it ends (SIGKILL included)."""
 
     _held: dict[Path, RunLock] = {}
 
@@ -70,8 +72,10 @@ class RunLock:
         self.path = out / LOCK
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EACCES, errno.EAGAIN):
+                raise
             holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "?"
             os.close(self.fd)
             raise ConfigError(
