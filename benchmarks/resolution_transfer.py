@@ -21,7 +21,7 @@ from pathlib import Path
 
 from common import ROOT, command, finished_sweep, machine, record_sweep, run  # noqa: E402
 
-from vitpos.evaluate import evaluate_model, load_records, make_trainer, to_hw
+from vitpos.evaluate import evaluate_model, load_records, make_trainer, parse_resolution, to_hw
 from vitpos.pos.rope2d import axial_frequencies, yarn_ramp
 
 RESOLUTIONS = ["24", "32", "48", "64"]
@@ -47,7 +47,7 @@ def temperature_study(ckpts: list[str], grids: list[str]) -> list[dict]:
             cfg, model = model_from_checkpoint(ckpt)
             model.pos.yarn_temperature = mode
             dm = build_datamodule(cfg.data, img_size=cfg.model.img_size, seed=cfg.trainer.seed)
-            jobs = [(dm.eval_dataset(to_hw(g), "test"), "yarn") for g in grids]
+            jobs = [(dm.eval_dataset(to_hw(parse_resolution(g)), "test"), "yarn") for g in grids]
             for g, (correct, seen) in zip(grids, evaluate_model(model, jobs, trainer), strict=True):
                 rows.append({"checkpoint": ckpt, "temperature": mode, "resolution": g, "top1": correct / seen})
     return rows
