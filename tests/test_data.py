@@ -168,6 +168,21 @@ def test_cifar_from_written_batches(name, tmp_path):
     assert (len(dm0.train_set), len(dm0.val_set)) == (20, 5)
 
 
+def test_train_limit_is_a_fixed_subset_of_train(tmp_path):
+    _write_cifar(tmp_path, hundred=False)
+    sets = []
+    for seed in (0, 1):
+        dm = build_datamodule(DataConfig(name="cifar10", data_dir=str(tmp_path), train_limit=7), 32, seed=seed)
+        dm.setup()
+        _, train_idx, val_idx = dm._train_and_holdout()
+        assert len(dm.train_set) == 7 and len(dm.val_set) == 2
+        assert not set(train_idx) & set(val_idx)
+        sets.append(train_idx)
+    assert sets[0] == sets[1]  # the run seed does not change which images
+    with pytest.raises(ConfigError, match="train-limit"):
+        build_datamodule(DataConfig(name="shapes", train_limit=7), 32)
+
+
 def test_cifar_incomplete_files_is_a_config_error(tmp_path):
     _write_cifar(tmp_path, hundred=False)
     (tmp_path / "cifar-10-batches-py" / "data_batch_3").unlink()

@@ -142,6 +142,8 @@ class DataConfig:
     # the run seed) for val, capped at 10 % of train; 0 = no holdout, val is the test split
     holdout_size: int = opt(5000, "validation images carved from train where a set has no val split (0: none)",
                             ge=0)  # fmt: skip
+    # a fixed subset (seed 0, whatever the run seed) of the remaining train images: small-data studies
+    train_limit: int = opt(0, "train on a fixed subset of N of the train images (0: all; not for shapes)", ge=0)
     # evaluation protocol
     crop_ratio: float = opt(1.0, "eval: short side to R/crop_ratio, then centre crop R", gt=0, le=1)
     eval_resize: str = opt("crop", "eval: crop (resize + centre crop) or full (resize the whole image)",

@@ -128,6 +128,7 @@ class VitposDataModule(L.LightningDataModule):
     (see the module docstring); the training run sets it from ``cfg.trainer.train_resolutions``."""
 
     name: ClassVar[str] = ""
+    supports_train_limit: ClassVar[bool] = False  # sets that honour cfg.train_limit
     num_classes: int
     in_chans: int
     mean: tuple[float, ...]
@@ -137,6 +138,8 @@ class VitposDataModule(L.LightningDataModule):
     def __init__(self, cfg: DataConfig, img_size: int, seed: int = 0) -> None:
         super().__init__()
         check_data_config(cfg)
+        if cfg.train_limit and not self.supports_train_limit:
+            raise ConfigError(f"--train-limit is not available for data set '{cfg.name}'")
         to_hw(img_size)
         self.cfg, self.img_size, self.seed = cfg, img_size, seed
         if cfg.mean is not None:  # normalisation asked for (a pretrained model's) instead of the data set's

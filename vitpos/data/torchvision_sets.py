@@ -61,6 +61,7 @@ class TorchvisionDataModule(VitposDataModule):
 
     expects: ClassVar[str] = ""  # what DIR must hold, for the error message
     official_val: ClassVar[bool] = False
+    supports_train_limit = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -103,6 +104,9 @@ class TorchvisionDataModule(VitposDataModule):
         n = len(self._full_train)  # type: ignore[arg-type]
         holdout = min(self.cfg.holdout_size, n // 10)
         train_idx, val_idx = holdout_split(n, holdout, seed=0)
+        if 0 < self.cfg.train_limit < len(train_idx):  # the same images for every run seed
+            keep, _ = holdout_split(len(train_idx), len(train_idx) - self.cfg.train_limit, seed=0)
+            train_idx = [train_idx[i] for i in keep]
         return self._full_train, train_idx, val_idx
 
     def raw_split(self, split: str) -> Dataset:
