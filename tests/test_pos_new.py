@@ -505,12 +505,14 @@ def test_compositions_of_the_new_schemes(tiny):
 
 
 @pytest.mark.parametrize(
-    "kwarg", ["fov=30", "block_size=3", "rescale=0.5", "bogus=1"], ids=["lookhere", "liere", "rope2d-norm", "alibi2d"]
+    "kwarg",
+    ["fov=30", "block_size=3", "rescale=0.5", "bogus=1", "theta=-1", "theta=1", "base=0.5"],
+    ids=["lookhere", "liere", "rope2d-norm", "alibi2d", "rope2d", "rope2d-mixed", "rope2d-norm-base"],
 )
 def test_a_bad_scheme_option_is_one_line_and_exit_2(kwarg, request, tmp_path, capsys):
     from vitpos.training import main
 
-    pos = request.node.callspec.id
+    pos = request.node.callspec.id.removesuffix("-base")
     assert main(["--pos", pos, "--pos-kwarg", kwarg, "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"train.py: error: --pos {pos} ")
