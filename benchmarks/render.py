@@ -1,7 +1,8 @@
 """Render docs/*.md and plots from the benchmarks' JSON (nothing is measured here).
 
     python benchmarks/render.py        # docs/results.md from docs/results.json, docs/resolution.md (+ .png)
-                                       # from docs/resolution.json; each page names the commands that made it
+                                       # from docs/resolution.json, docs/fashion_mnist.md (+ .png) from
+                                       # docs/fashion_mnist.json; each page names the commands that made it
 
 Every number on a page comes from the JSON beside it; every comparison sentence is computed: "A beats B" is
 written only where the 95 % intervals over seeds do not overlap.
@@ -42,6 +43,22 @@ def machine_line(m: dict) -> str:
 
 def anchors() -> dict:
     return yaml.safe_load((DOCS / "anchors.yaml").read_text())
+
+
+def comparisons(scored: dict[tuple[str, str], list[float]]) -> list[str]:
+    """One line per (pos, stem) with >= 2 seeds: whom it beats (disjoint 95 % intervals) and whom it does not."""
+    scored = {k: v for k, v in scored.items() if len(v) >= 2}
+    keys = sorted(scored, key=lambda k: -mean_ci(scored[k])[0])
+    lines = []
+    for i, a in enumerate(keys):
+        beaten = [label(*b) for b in keys[i + 1 :] if separated(scored[a], scored[b])]
+        tied = [label(*b) for b in keys[i + 1 :] if not separated(scored[a], scored[b])]
+        if beaten:
+            lines.append(f"- {label(*a)} beats {', '.join(beaten)}"
+                         + (f"; not separated from {', '.join(tied)}" if tied else "") + ".")  # fmt: skip
+        elif tied:
+            lines.append(f"- {label(*a)} is not separated from {', '.join(tied)}.")
+    return lines
 
 
 # -- results.md ------------------------------------------------------------------------------------
@@ -94,6 +111,14 @@ def render_results(data: dict) -> str:
         if off and on and on[0]["pos_params"]:
             lines.append(f"| {label(pos, stem)} | {interval([r['test_top1'] for r in off])} | "
                          f"{interval([r['test_top1'] for r in on])} |")  # fmt: skip
+    for pos, stem in order:  # a single rule-off seed held against the default's interval
+        off, on = by.get((pos, stem, 1.0)), [r["test_top1"] for r in by.get((pos, stem, default), [])]
+        if off and len(on) >= 2 and len(off) == 1:
+            _, lo, hi = mean_ci(on)
+            v = off[0]["test_top1"]
+            where = "inside" if lo <= v <= hi else "above" if v > hi else "below"
+            lines.append(f"- {label(pos, stem)}: scale 1 scores {pct(v)} (one seed), {where} the 95 % interval of "
+                         f"scale {default:g}.")  # fmt: skip
     scales = sorted({r["pos_lr_scale"] for r in runs})
     swept = [(p, s) for p, s in order if sum(1 for sc in scales if by.get((p, s, sc))) > 2]
     if swept:
@@ -110,16 +135,15 @@ def render_results(data: dict) -> str:
         m = mean_ci([r["test_top1"] for r in bag])[0]
         lines.append(f"- `none` with the patch stem (exactly blind to patch order) scores {pct(m)} %, against the "
                      f"{pct(BAG_CEILING)} % a bag of patches can reach.")  # fmt: skip
-    scored = {k: [r["test_top1"] for r in v] for k, v in by.items() if k[2] == default and len(v) >= 2}
-    keys = sorted(scored, key=lambda k: -mean_ci(scored[k])[0])
-    for i, a in enumerate(keys):
-        beaten = [label(b[0], b[1]) for b in keys[i + 1 :] if separated(scored[a], scored[b])]
-        tied = [label(b[0], b[1]) for b in keys[i + 1 :] if not separated(scored[a], scored[b])]
-        if beaten:
-            lines.append(f"- {label(a[0], a[1])} beats {', '.join(beaten)}"
-                         + (f"; not separated from {', '.join(tied)}" if tied else "") + ".")  # fmt: skip
-        elif tied:
-            lines.append(f"- {label(a[0], a[1])} is not separated from {', '.join(tied)}.")
+    lines += comparisons({k[:2]: [r["test_top1"] for r in v] for k, v in by.items() if k[2] == default})
+    blind = [(p, s) for p, s in order if (p, s) != ("none", "patch") and by.get((p, s, default))
+             and mean_ci([r["test_top1"] for r in by[p, s, default]])[0] <= BAG_CEILING + 0.01]  # fmt: skip
+    if blind:
+        lines.append(
+            f"- At the bag-of-patches ceiling: {', '.join(label(*k) for k in blind)}. The classes are the four "
+            "directions from the reference to the circle, and a scheme whose attention is unchanged under mirroring "
+            "the patch grid (`alibi2d`'s bias is a function of the offset's length only) cannot tell them apart."
+        )
     ref = anchors()["small_data_cifar"]
     lines += ["", f"Published, for orientation ({ref['source']}): {ref['setting']}. CIFAR-10 top-1: "
               + ", ".join(f"{k} {v}" for k, v in ref["cifar10"].items()) + ". Relative bias is not a weak scheme when "
@@ -132,21 +156,14 @@ def _res_key(rec: dict) -> tuple[int, int]:
     return rec["height"], rec["width"]
 
 
-def render_resolution(data: dict, png: Path) -> str:
-    recs, train = data["records"], data["train_resolution"]
+def transfer_section(recs: list[dict], train: int, png: Path, chance: float) -> list[str]:
+    """The transfer table (every scheme and method, mean [interval] over seeds), where methods separate, the plot."""
     cells = defaultdict(list)  # (scheme, stem, method, (h, w)) -> top-1 per seed
     for r in recs:
         cells[r["scheme"], r["stem"], r["method"], _res_key(r)].append(r["top1"])
     grids = sorted({_res_key(r) for r in recs}, key=lambda hw: (hw[0] * hw[1], hw))
     rows = list(dict.fromkeys((r["scheme"], r["stem"], r["method"], r["default_method"]) for r in recs))
     lines = [
-        "# Resolution transfer on `shapes`",
-        "",
-        f"Made by `{data['command']}` and `python benchmarks/render.py` ({machine_line(data['machine'])}), on the "
-        f"runs of docs/results.md (trained at {train} px). Test split, rendered natively at each resolution. "
-        "Cells: mean top-1 in % over seeds, [95 % t-interval], (seeds); the first method of each scheme is its "
-        "default.",
-        "",
         "| scheme | method | " + " | ".join(f"{h}" if h == w else f"{h}x{w}" for h, w in grids) + " |",
         "|---|---|" + "---|" * len(grids),
     ]
@@ -168,6 +185,43 @@ def render_resolution(data: dict, png: Path) -> str:
                 lines.append(
                     f"- {label(scheme, stem)} at {g[0]}x{g[1]}: `{best}` beats {', '.join(f'`{m}`' for m in worse)}."
                 )
+    plot_resolution(cells, rows, grids, train, png, chance)
+    return lines + ["", f"![top-1 against resolution]({png.name})"]
+
+
+def temperature_section(temp: list[dict], runs: str) -> list[str]:
+    """YaRN's attention temperature, scale from the larger axis or from the token-count ratio, over seeds."""
+    by = defaultdict(list)
+    for t in temp:
+        by[t["temperature"], t["resolution"]].append(t["top1"])
+    res = list(dict.fromkeys(t["resolution"] for t in temp))
+    lines = [f"Attention temperature of `yarn` on the {runs}, the scale s taken from the larger axis "
+             "(`yarn_temperature=axis`) or from the token-count ratio (`tokens`):", "",
+             "| temperature | " + " | ".join(res) + " |", "|---|" + "---|" * len(res)]  # fmt: skip
+    for mode in ("axis", "tokens"):
+        lines.append(f"| {mode} | " + " | ".join(interval(by[mode, r]) for r in res) + " |")
+    for r in res:
+        a, t = by["axis", r], by["tokens", r]
+        if separated(a, t):
+            lines.append(f"- at {r}: `{'axis' if mean_ci(a)[0] > mean_ci(t)[0] else 'tokens'}` is better.")
+    if not any(separated(by["axis", r], by["tokens", r]) for r in res):
+        lines.append("- The two temperatures are not separated at any of these sizes.")
+    return lines
+
+
+def render_resolution(data: dict, png: Path) -> str:
+    train = data["train_resolution"]
+    lines = [
+        "# Resolution transfer on `shapes`",
+        "",
+        f"Made by `{data['command']}` and `python benchmarks/render.py` ({machine_line(data['machine'])}), on the "
+        f"runs of docs/results.md (trained at {train} px). The first {data['limit']} images of the test split, "
+        "rendered natively at each resolution. "
+        "Cells: mean top-1 in % over seeds, [95 % t-interval], (seeds); the first method of each scheme is its "
+        "default.",
+        "",
+        *transfer_section(data["records"], train, png, CHANCE),
+    ]
     blend = data["yarn_blend"]
     lines += ["", "## YaRN for image grids", "",
               "Per rotary frequency of one axis (`rope2d`, theta 100, the default head width, "
@@ -180,29 +234,87 @@ def render_resolution(data: dict, png: Path) -> str:
         lines.append(
             f"| {k} | {f:.4f} | {g:.2f} | " + " | ".join(f"{v[k]:.3f}" for v in blend["ratio"].values()) + " |"
         )
-    temp = data["yarn_temperature"]
-    if temp:
-        by = defaultdict(list)
-        for t in temp:
-            by[t["temperature"], t["resolution"]].append(t["top1"])
-        res = list(dict.fromkeys(t["resolution"] for t in temp))
-        lines += ["", "Attention temperature of `yarn` on the `rope2d` runs, the scale s taken from the larger axis "
-                  "(`yarn_temperature=axis`) or from the token-count ratio (`tokens`):", "",
-                  "| temperature | " + " | ".join(res) + " |", "|---|" + "---|" * len(res)]  # fmt: skip
-        for mode in ("axis", "tokens"):
-            lines.append(f"| {mode} | " + " | ".join(interval(by[mode, r]) for r in res) + " |")
-        for r in res:
-            a, t = by["axis", r], by["tokens", r]
-            if separated(a, t):
-                lines.append(f"- at {r}: `{'axis' if mean_ci(a)[0] > mean_ci(t)[0] else 'tokens'}` is better.")
-        if not any(separated(by["axis", r], by["tokens", r]) for r in res):
-            lines.append("- The two temperatures are not separated at any of these sizes.")
-    plot_resolution(cells, rows, grids, train, png)
-    lines += ["", f"![top-1 against resolution]({png.name})"]
+    if data["yarn_temperature"]:
+        lines += ["", *temperature_section(data["yarn_temperature"], "`rope2d` runs")]
     return "\n".join(lines) + "\n"
 
 
-def plot_resolution(cells: dict, rows: list, grids: list, train: int, png: Path) -> None:
+# -- fashion_mnist.md ---------------------------------------------------------------------------------
+def render_fashion_mnist(data: dict, curves_png: Path, res_png: Path) -> str:
+    b, runs = data["budget"], data["runs"]
+    by = defaultdict(list)
+    for r in runs:
+        by[r["pos"], r["stem"]].append(r)
+    order = sorted(by, key=lambda k: -mean_ci([r["test_top1"] for r in by[k]])[0])
+    seeds = sorted({r["seed"] for r in runs})
+    lines = [
+        "# Fashion-MNIST: the position schemes on real data",
+        "",
+        f"Made by `{data['command']}` and `python benchmarks/render.py` ({machine_line(data['machine'])}).",
+        "",
+        f"Budget: `python train.py --config {b['config']} --pos P --stem S --seed K` (seeds "
+        f"{', '.join(map(str, seeds))}): ViT {b['embed_dim']} wide, {b['depth']} blocks, {b['num_heads']} heads, "
+        f"patch {b['patch_size']} at {b['img_size']} px, a fixed subset of {b['train_limit']} training images "
+        f"(the same for every seed), {b['holdout_size']} validation images carved from the rest of train, "
+        f"{b['epochs']} epochs of batch {b['batch_size']}, AdamW lr {b['lr']:g}, position parameters at "
+        f"lr x {b['pos_lr_scale']:g}. Test: the 10,000 test images, best checkpoint by validation. Data: Debian's "
+        "`dataset-fashion-mnist` (the original idx files, read offline). Chance is 10 %.",
+        "",
+        "Cells: mean in % over seeds, [95 % t-interval], (seeds). Last 3 epochs: how much the mean validation top-1 "
+        "moved over the last three epochs, the test of a flattened curve. Train time: one thread per run, two runs "
+        "at a time, alongside other jobs.",
+        "",
+        "| scheme | test top-1 | best val top-1 | last 3 epochs | train time |",
+        "|---|---|---|---|---|",
+    ]
+    drift = {}
+    for k in order:
+        rs = by[k]
+        curve = [sum(c) / len(c) for c in zip(*(r["val_curve"] for r in rs), strict=False)]
+        drift[k] = curve[-1] - curve[-4] if len(curve) >= 4 else math.nan
+        secs = sum(r["train_seconds"] for r in rs) / len(rs)
+        test, val = interval([r["test_top1"] for r in rs]), interval([r["best_val_top1"] for r in rs])
+        lines.append(f"| {label(*k)} | {test} | {val} | {100 * drift[k]:+.1f} | {secs:.0f} s |")
+    moving = [label(*k) for k in order if not abs(drift[k]) < 0.01]
+    flat = (
+        f"Still moving by 1 point or more over the last three epochs: {', '.join(moving)}."
+        if moving
+        else "Every scheme's mean validation curve moved less than 1 point over the last three epochs."
+    )
+    lines += ["", flat, "", f"![validation top-1 per epoch]({curves_png.name})", "", "## What the intervals allow", ""]
+    lines += comparisons({k: [r["test_top1"] for r in rs] for k, rs in by.items()})
+    plot_curves(by, order, curves_png)
+    lines += ["", f"## Resolution transfer (trained at {b['img_size']} px)", "",
+              f"Whole-image resize to each resolution (`--resize full`), every transfer method, on the first "
+              f"{b['eval_limit'] or 10000} test images, from each run's last checkpoint. Cells as above; the first "
+              "method of each scheme is its default.", "",
+              *transfer_section(data["records"], b["img_size"], res_png, 0.1)]  # fmt: skip
+    if data["yarn_temperature"]:
+        lines += ["", "## YaRN's temperature", "", *temperature_section(data["yarn_temperature"], "`rope2d` runs")]
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(by: dict, order: list, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, k in enumerate(order):
+        curves = [r["val_curve"] for r in by[k]]
+        n = min(map(len, curves))
+        mean = [100 * sum(c[e] for c in curves) / len(curves) for e in range(n)]
+        ax.plot(range(1, n + 1), mean, marker="os^Dv<>ph*"[i % 10], markersize=3, linestyle="-" if i < 6 else "--",
+                label=f"{k[0]}{' (conv)' if k[1] == 'conv' else ''}")  # fmt: skip
+    ax.set(xlabel="epoch", ylabel="validation top-1 (%), mean over seeds")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def plot_resolution(cells: dict, rows: list, grids: list, train: int, png: Path, chance: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -219,7 +331,7 @@ def plot_resolution(cells: dict, rows: list, grids: list, train: int, png: Path)
                [100 * (hi - m) if not math.isnan(hi) else 0 for _, (m, _, hi) in pts]]  # fmt: skip
         ax.errorbar(xs, ys, yerr=err, marker=markers[i % len(markers)], linestyle="-" if i < 6 else "--",
                     capsize=3, label=f"{scheme}{' (conv)' if stem == 'conv' else ''}: {method}")  # fmt: skip
-    ax.axhline(100 * CHANCE, color="grey", linestyle=":", label="chance")
+    ax.axhline(100 * chance, color="grey", linestyle=":", label="chance")
     ax.axvline(train, color="black", linewidth=0.8, label=f"trained at {train} px")
     ax.set(xlabel="test resolution (px)", ylabel="test top-1 (%)", ylim=(0, 100), xticks=[g[0] for g in square])
     ax.legend(fontsize=7, loc="lower left")
@@ -237,6 +349,11 @@ def main() -> int:
         md = render_resolution(data, DOCS / "resolution.png")
         (DOCS / "resolution.md").write_text(md)
         print("wrote docs/resolution.md, docs/resolution.png")
+    if (DOCS / "fashion_mnist.json").is_file():
+        data = json.loads((DOCS / "fashion_mnist.json").read_text())
+        md = render_fashion_mnist(data, DOCS / "fashion_mnist_curves.png", DOCS / "fashion_mnist_resolution.png")
+        (DOCS / "fashion_mnist.md").write_text(md)
+        print("wrote docs/fashion_mnist.md, docs/fashion_mnist_curves.png, docs/fashion_mnist_resolution.png")
     return 0
 
 

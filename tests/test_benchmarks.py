@@ -60,3 +60,33 @@ def test_data_page_is_rendered_from_its_json_and_derives_workers_from_it(monkeyp
     need = data_loading.GPUS_PER_NODE * record["published"]["train_img_per_s"]
     workers = record["workers_per_node"]["shards"]
     assert (workers - 1) * per_core < need <= workers * per_core  # the fewest one-core workers that keep up
+
+
+@pytest.mark.parametrize("page", ["results", "resolution", "fashion_mnist"])
+def test_docs_pages_are_rendered_from_their_json(bench, monkeypatch, tmp_path, page):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import render
+
+    data = json.loads((ROOT / "docs" / f"{page}.json").read_text())
+    made = {
+        "results": lambda: render.render_results(data),
+        "resolution": lambda: render.render_resolution(data, tmp_path / "resolution.png"),
+        "fashion_mnist": lambda: render.render_fashion_mnist(
+            data, tmp_path / "fashion_mnist_curves.png", tmp_path / "fashion_mnist_resolution.png"
+        ),
+    }[page]()
+    assert made == (ROOT / "docs" / f"{page}.md").read_text()  # the page says what its data says
+
+
+def test_comparisons_say_beats_only_where_intervals_separate(bench, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import render
+
+    lines = render.comparisons({
+        ("a", "patch"): [0.90, 0.91, 0.92],
+        ("b", "patch"): [0.80, 0.81, 0.82],
+        ("c", "patch"): [0.70, 0.85, 0.95],
+        ("d", "patch"): [0.99],  # one seed: never compared
+    })  # fmt: skip
+    assert lines[0] == "- `a` beats `b`; not separated from `c`."
+    assert "`d`" not in "".join(lines) and not any(line.startswith("- `b` beats") for line in lines)
