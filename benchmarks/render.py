@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections import defaultdict
 from pathlib import Path
+from statistics import median
 
 import yaml
 from common import ROOT, mean_ci, separated  # noqa: E402  (benchmarks/ is on sys.path as a script)
@@ -340,7 +342,212 @@ def plot_resolution(cells: dict, rows: list, grids: list, train: int, png: Path,
     plt.close(fig)
 
 
+# -- measurement pages: performance, performance_compile, export, liere_cost, data, diagnostics --------------
+TIMM = {"learned": "`VisionTransformer`", "rope2d": "`vit_small_patch16_rope_224` (an `Eva`, RoPE-Axial)",
+        "relbias": "`VisionTransformerRelPos(rel_pos_type='bias')`"}  # fmt: skip
+GOALS = {"timm": 1.0, "overhead": {"learned": 5, "sincos2d": 5, "rope2d": 10, "relbias": 10}, "shapes": 10.0}
+GPUS_PER_NODE = 8
+
+
+def made(d: dict) -> str:
+    m, load = d["machine"], d["load_average"][0]
+    busy = f" (over {m['cores']}: other work shared the machine, so the ratios within a round are what compare)"
+    busy = busy if load > m["cores"] else ""
+    return (f"Made by `{d['command']}`, then `python benchmarks/render.py`: {m['date']}, {m['cpu']}, {m['cores']} "
+            f"cores, torch {m['torch']}, 1-minute load average {load:g} at the start{busy}.")  # fmt: skip
+
+
+def table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(r) + " |" for r in [headers, ["---"] * len(headers), *rows]]
+
+
+def spread(v: list[float], spec: str) -> str:
+    """The median over rounds, (lowest to highest round)."""
+    return f"{median(v):{spec}}" + (f" ({min(v):{spec}} to {max(v):{spec}})" if len(v) > 1 else "")
+
+
+def per_round(a: list[float], b: list[float]) -> list[float]:
+    return [x / y for x, y in zip(a, b, strict=True)]
+
+
+def model_line(d: dict) -> str:
+    m = d["dims"]
+    return (f"Model `{d['model']}`: {m['embed_dim']} wide, {m['depth']} blocks, {m['num_heads']} heads, patch "
+            f"{d['patch_size']}, average pooling, no class token; {d['dtype']} on {d['gpu'] or 'the CPU'}, "
+            f"{d['threads']} torch threads. Every contender is warmed up ({d['warmup']} steps), then all run "
+            f"round-robin, {d['repeats']} rounds of {d['steps']} steps.")  # fmt: skip
+
+
+def render_performance(d: dict) -> str:
+    peaks = anchors()["gpu_peak_tflops"]
+    spec = next((v[d["dtype"]] for k, v in peaks.items() if k != "source" and k in (d["gpu"] or "")), None)
+    lines = ["# Training throughput against timm", "", made(d), "", model_line(d) + " Step: forward, cross-entropy, "
+             "backward, AdamW. img/s: median over rounds; *vs timm* and *overhead vs `none`*: medians of per-round "
+             "ratios, (lowest to highest round). Memory: peak of one step above the resting state. FLOPs: "
+             "`FlopCounterMode` on one forward; achieved = 3 x forward FLOPs x img/s, against a square matmul "
+             f"measured in the same run ({d['matmul_peak_tflops']:.3g} TFLOP/s)"
+             + (f" and the datasheet's {spec} TFLOP/s ({peaks['source']})." if spec else "."), "",
+             f"timm {d['timm']}, same dims, `global_pool='avg', class_token=False`, no LayerScale: "
+             + "; ".join(f"`{k}` against {v}" for k, v in TIMM.items()) + "."]  # fmt: skip
+    if d["quick"]:
+        lines += ["", "**Smoke-test settings (`--quick`): these numbers show that the benchmark runs, nothing more.**"]
+    checks, data = [], []
+    for g in d["grids"]:
+        c, side = g["contenders"], g["img_size"] // d["patch_size"]
+        lines += ["", f"## {side}x{side} grid ({side * side} tokens, {g['img_size']} px, batch {g['batch']})", ""]
+        rows = []
+        for name, r in c.items():
+            ratio = per_round(r["img_s"], c[f"timm:{name}"]["img_s"]) if f"timm:{name}" in c else None
+            over = None
+            if "none" in c and name != "none" and not name.startswith("timm:"):
+                over = [100 * (x - 1) for x in per_round(c["none"]["img_s"], r["img_s"])]
+            tflops = 3 * r["gflops_fwd"] * median(r["img_s"]) / 1e3
+            rows.append([name.replace("timm:", "timm ") if ":" in name else f"`{name}`", f"{median(r['img_s']):.1f}",
+                         spread(ratio, ".3f") if ratio else "–", spread(over, "+.1f") + " %" if over else "–",
+                         f"{r['memory_mib']:.0f}", f"{r['gflops_fwd']:.4g}", f"{tflops:.3g}",
+                         f"{100 * tflops / d['matmul_peak_tflops']:.1f} %"]
+                        + ([f"{100 * tflops / spec:.1f} %"] if spec else []))  # fmt: skip
+            if ratio:
+                checks.append((f"`{name}` / timm, {side}x{side}", ratio, ">=", GOALS["timm"]))
+            if over and name in GOALS["overhead"]:
+                what = f"`{name}` overhead vs `none` (%), {side * side} tokens"
+                checks.append((what, over, "<=", GOALS["overhead"][name]))
+        heads = ["model", "img/s", "vs timm", "overhead vs `none`", "step memory (MiB)", "GFLOPs/img (fwd)"]
+        lines += table([*heads, "achieved TFLOP/s", "of measured peak", *(["of datasheet"] if spec else [])], rows)
+        train, rate = max(median(r["img_s"]) for n, r in c.items() if ":" not in n), g["shapes_img_s"]
+        data.append([f"{g['img_size']} px", f"{rate:.0f}", f"{train:.0f}", f"{rate / train:.1f}x"])
+        checks.append((f"`shapes` rendered / trained img/s, {g['img_size']} px", [rate / train], ">=", GOALS["shapes"]))
+    lines += ["", "## The embedded `shapes` set: rendering against training", "",
+              f"`render_shapes` ({d['data_images']} images) in the same process, against the fastest vitpos scheme's "
+              "training img/s.", "", *table(["size", "rendered img/s", "training img/s", "ratio"], data), "",
+              "## Goals", ""]  # fmt: skip
+    for what, v, op, goal in checks:
+        met = median(v) >= goal if op == ">=" else median(v) <= goal
+        close = " (rounds on both sides of it)" if min(v) <= goal <= max(v) else ""
+        lines.append(f"- {what}: {spread(v, '.3g')}, goal {op} {goal:g}: {'met' if met else 'missed'}{close}.")
+    return "\n".join(lines) + "\n"
+
+
+def render_performance_compile(d: dict) -> str:
+    lines = ["# torch.compile against eager", "", made(d), "", model_line(d) + " `torch.compile(model, "
+             "dynamic=False)` against the same module eager. *train*: a training step; *eval*: a forward without "
+             "gradients at each grid, served by the model built for the training grid (one static graph per "
+             "resolution). First call: wall seconds, compilation included; speed-up: median of per-round ratios "
+             "(lowest to highest round). Eager img/s are in [performance.md](performance.md).", ""]  # fmt: skip
+    rows, ups = [], defaultdict(list)
+    for r in d["rows"]:
+        up = per_round(r["compiled_img_s"], r["eager_img_s"])
+        ups[r["mode"]].append(median(up))
+        eager, comp = median(r["eager_img_s"]), median(r["compiled_img_s"])
+        rows.append([f"`{r['scheme']}`", r["mode"], f"{r['grid']}x{r['grid']}", f"{r['first_call_s']:.1f}",
+                     f"{eager:.1f}", f"{comp:.1f}", spread(up, ".2f")])  # fmt: skip
+    lines += table(["scheme", "mode", "grid", "first call (s)", "eager img/s", "compiled img/s", "speed-up"], rows)
+    lines += ["", "Median speed-ups range " + ", ".join(f"{min(v):.2f}-{max(v):.2f}x in {k}" for k, v in ups.items())
+              + "."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def render_export(d: dict) -> str:
+    m = d["model"]
+    lines = ["# Exported ONNX under onnxruntime against eager PyTorch (CPU inference)", "", made(d), "",
+             f"Model: {m['embed_dim']} wide, {m['depth']} blocks, {m['num_heads']} heads, patch {m['patch_size']}, "
+             f"built at {m['img_size']} px, random weights. One ONNX file per scheme, exported once with dynamic "
+             "batch, height and width (`python -m vitpos.export`), timed at every size against eager "
+             f"(`torch.inference_mode()`), both in one process, round-robin, {d['threads']} thread(s), batch "
+             f"{d['batch']}, {d['repeats']} rounds of {d['steps']} batches; onnxruntime {d['onnxruntime']}. "
+             "img/s: median over rounds; ratio: median of per-round ratios (lowest-highest). Max rel. diff: "
+             "max |onnxruntime - eager| / max |eager| of the logits.", ""]  # fmt: skip
+    rows = [[f"`{r['scheme']}`", str(r["img_size"]), f"{r['eager_img_s']:.0f}", f"{r['onnxruntime_img_s']:.0f}",
+             f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})", f"{r['max_rel_diff']:.1e}"]
+            for r in d["rows"]]  # fmt: skip
+    lines += table(["scheme", "px", "eager img/s", "onnxruntime img/s", "onnxruntime / eager", "max rel. diff"], rows)
+    return "\n".join(lines) + "\n"
+
+
+def render_liere_cost(d: dict) -> str:
+    m = d["dims"]
+    lines = ["# LieRE's cost against rope2d", "", made(d), "",
+             f"Model: {m['embed_dim']} wide, {m['depth']} blocks, {m['num_heads']} heads, patch {m['patch_size']}, "
+             f"batch {d['batch']}, fp32, {d['threads']} thread(s). *Step*: zero_grad + forward + backward of a "
+             "cross-entropy loss; *position*: the scheme's own work per training step (every block's rotation, and "
+             f"its backward when it is learned). Round-robin; medians over {d['rounds']} rounds of {d['steps']} "
+             "steps.", ""]  # fmt: skip
+    base = {tuple(r["grid"]): r["step_ms"] for r in d["records"] if r["contender"] == "rope2d"}
+    rows = [[f"{r['grid'][0]}x{r['grid'][1]}", f"`{r['contender']}`", f"{r['step_ms']:.1f}",
+             f"{r['step_ms'] / base[tuple(r['grid'])]:.2f}x", f"{r['position_ms']:.2f}", f"{r['position_params']:,}"]
+            for r in d["records"]]  # fmt: skip
+    lines += table(["grid", "scheme", "step (ms)", "vs rope2d", "position (ms)", "position parameters"], rows)
+    return "\n".join(lines) + "\n"
+
+
+def workers_needed(per_core: float, gpu_img_s: float, gpus: int = GPUS_PER_NODE) -> int:
+    """The fewest one-core loader workers that keep ``gpus`` GPUs fed."""
+    return math.ceil(gpus * gpu_img_s / per_core)
+
+
+def render_data(d: dict) -> str:
+    meas, src, a = d["measured"], d["images"], anchors()
+    ref, inet = a["vit_s16_train_throughput"], a["imagenet_train"]
+    lines = ["# Data loading: ImageFolder against streaming shards", "", made(d), "",
+             f"Images: {src['images']} JPEGs like ImageNet's (random crops of scikit-learn's two bundled photos, "
+             f"375-500 px long side, quality 90), {src['mean_kb']:.0f} KB and {src['mean_megapixels']:.3f} megapixels "
+             f"on average; ImageNet's training images average {1e6 * inet['gigabytes'] / inet['images']:.0f} KB "
+             f"({inet['source']}). Pipeline: the training transforms of `configs/imagenet.yaml` at 224 px, RandAugment "
+             "magnitudes clipped at 9, batch 64, one loader process with one torch thread, litdata "
+             f"{d['litdata']}; *decode only*: the same readers without the transforms. The readers run round-robin; "
+             "images per CPU-second of the process (`time.process_time`, warm page cache) and per wall-second, "
+             "medians over rounds.", ""]  # fmt: skip
+    rows = [[k, f"{r['img_per_cpu_s']:.0f}", f"{r['img_per_s']:.0f}", ", ".join(f"{v:.0f}" for v in
+             r["rounds_img_per_cpu_s"])] for k, r in meas.items()]  # fmt: skip
+    lines += table(["reader", "images / CPU-second", "images / s (wall)", "rounds (img / CPU-s)"], rows)
+    folder, shards = meas["ImageFolder"]["img_per_cpu_s"], meas["shards"]["img_per_cpu_s"]
+    need = GPUS_PER_NODE * ref["train_img_per_s"]
+    lines += ["", f"Shards / ImageFolder, full pipeline: {shards / folder:.2f}x per core.", "",
+              f"## Loader workers for one {GPUS_PER_NODE}-GPU node", "",
+              f"Published training throughput: {ref['train_img_per_s']:.0f} img/s per GPU for {ref['model']} on "
+              f"{ref['hardware']} ({ref['source']}); {GPUS_PER_NODE} such GPUs take {need:.0f} img/s. Workers = "
+              "ceil(GPUs x GPU img/s / img/s per core), one core each:", ""]  # fmt: skip
+    per_core = {k: meas[k]["img_per_cpu_s"] for k in ("ImageFolder", "shards")}
+    gpu = ref["train_img_per_s"]
+    rows = [[k, f"{v:.0f}", str(workers_needed(v, gpu, 1)), str(workers_needed(v, gpu))] for k, v in per_core.items()]
+    lines += table(["reader", "img/s per core", "workers per GPU", f"workers per {GPUS_PER_NODE}-GPU node"], rows)
+    return "\n".join(lines) + "\n"
+
+
+def render_diagnostics(d: dict) -> str:
+    lines = ["# Position diagnostics, one checkpoint per scheme", "", made(d), "",
+             "Per run: `python -m vitpos.diagnose --ckpt RUN/checkpoints/last.ckpt --out docs/diagnostics/RUN` on "
+             f"{d['num_images']} validation images. Patch shuffle: top-1 as the images are and with the patches "
+             "permuted (one fixed permutation). Attention distances in patches.", ""]  # fmt: skip
+    rows = []
+    for r in d["runs"]:
+        sh, dist, name = r["patch_shuffle"], r["attention_distance"], r["run"]
+        pics = " ".join(f"[{Path(n).stem}](diagnostics/{name}/{n})" for n in r["pictures"])
+        rows.append([f"`{name}`", f"{100 * sh['top1']:.1f} %", f"{100 * sh['top1_shuffled']:.1f} %",
+                     f"{100 * sh['drop']:+.1f} pts", f"{dist[0]:.2f} / {dist[-1]:.2f}", pics])  # fmt: skip
+    lines += table(["run", "top-1", "top-1, patches shuffled", "drop", "attention distance, first / last block",
+                    "pictures"], rows)  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+PAGES = {"performance": render_performance, "performance_compile": render_performance_compile,
+         "export": render_export, "liere_cost": render_liere_cost, "data": render_data,
+         "diagnostics": render_diagnostics}  # fmt: skip
+
+
+def render_pages(docs: Path) -> int:
+    """The measurement pages whose JSON is in ``docs``: docs/<name>.md from docs/<name>.json."""
+    for name, page in PAGES.items():
+        src = docs / f"{name}.json"
+        if src.is_file():
+            src.with_suffix(".md").write_text(page(json.loads(src.read_text())))
+            print(f"wrote {src.with_suffix('.md')}")
+    return 0
+
+
 def main() -> int:
+    if len(sys.argv) > 1:  # python benchmarks/render.py DIR: only the measurement pages, from DIR's JSON
+        return render_pages(Path(sys.argv[1]))
     if (DOCS / "results.json").is_file():
         (DOCS / "results.md").write_text(render_results(json.loads((DOCS / "results.json").read_text())))
         print("wrote docs/results.md")
@@ -354,7 +561,7 @@ def main() -> int:
         md = render_fashion_mnist(data, DOCS / "fashion_mnist_curves.png", DOCS / "fashion_mnist_resolution.png")
         (DOCS / "fashion_mnist.md").write_text(md)
         print("wrote docs/fashion_mnist.md, docs/fashion_mnist_curves.png, docs/fashion_mnist_resolution.png")
-    return 0
+    return render_pages(DOCS)
 
 
 if __name__ == "__main__":

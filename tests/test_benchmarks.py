@@ -50,15 +50,20 @@ def test_mean_ci_is_the_t_interval_and_separation_needs_disjoint_intervals(bench
     assert not bench.separated([0.99], [0.10, 0.11])  # one seed: never "beats"
 
 
-def test_data_page_is_rendered_from_its_json_and_derives_workers_from_it(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import data_loading
+@pytest.mark.parametrize("page", ["export", "data"])
+def test_measurement_pages_are_rendered_from_their_json(bench, page):
+    import render
 
-    record = json.loads((ROOT / "docs" / "data.json").read_text())
-    assert data_loading.render(record) == (ROOT / "docs" / "data.md").read_text()  # the page matches its data
-    per_core = record["measured"]["shards"]["img_per_cpu_s"]
-    need = data_loading.GPUS_PER_NODE * record["published"]["train_img_per_s"]
-    workers = record["workers_per_node"]["shards"]
+    data = json.loads((ROOT / "docs" / f"{page}.json").read_text())
+    assert render.PAGES[page](data) == (ROOT / "docs" / f"{page}.md").read_text()  # the page says what its data says
+
+
+def test_data_page_derives_workers_from_the_published_throughput(bench):
+    import render
+
+    per_core = json.loads((ROOT / "docs" / "data.json").read_text())["measured"]["shards"]["img_per_cpu_s"]
+    need = render.GPUS_PER_NODE * render.anchors()["vit_s16_train_throughput"]["train_img_per_s"]
+    workers = render.workers_needed(per_core, need / render.GPUS_PER_NODE)
     assert (workers - 1) * per_core < need <= workers * per_core  # the fewest one-core workers that keep up
 
 
