@@ -32,7 +32,7 @@ from vitpos.evaluate import load_records
 CONFIG = "configs/fashion_mnist_study.yaml"
 OTHERS = ["rope2d-mixed:patch", "relbias+peg:patch", "rope2d+peg:patch"]  # the best others on `shapes` (val, seed 0)
 RESOLUTIONS = ["20", "28", "36", "44", "56"]
-TEMPERATURE_GRIDS = ["42", "56"]
+TEMPERATURE_GRIDS = ["40", "56"]
 
 
 def val_curve(run_dir: Path) -> list[float]:
