@@ -26,7 +26,7 @@ from vitpos.pos import POS_REGISTRY
 from vitpos.pos.alibi2d import alibi_slopes
 from vitpos.pos.base import rotate, rotate_blocks
 from vitpos.pos.compose import Composition
-from vitpos.pos.liere import SkewExp, skew_from_coefficients
+from vitpos.pos.liere import SkewExp, skew_exp_series, skew_from_coefficients
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -373,6 +373,15 @@ def test_skew_exp_matches_matrix_exp_and_its_gradient(b):
     out32 = SkewExp.apply(a32)
     assert out32.dtype == torch.float32
     torch.testing.assert_close(out32.double(), ref.detach(), **FP32)
+
+
+@pytest.mark.parametrize("norm", [0.0, 1.0, 30.0, 300.0])
+def test_the_series_exp_used_for_export_matches_matrix_exp(norm):
+    """Scaling and squaring (matmuls only, what ONNX can run) agrees with matrix_exp far beyond real norms."""
+    a = skew_from_coefficients(torch.randn(3, 28, dtype=torch.float64), 8)
+    a = a / torch.linalg.matrix_norm(a, 2)[:, None, None] * norm
+    torch.testing.assert_close(skew_exp_series(a), torch.linalg.matrix_exp(a), rtol=0, atol=1e-9)
+    assert skew_exp_series(a.float()).dtype == torch.float32
 
 
 @pytest.mark.parametrize("block_size", [None, 2, 4])
