@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--others", nargs="*", default=OTHERS, metavar="POS:STEM", help="runs with seed 0 first")
     p.add_argument("--top", type=int, default=3, help="others (by seed-0 validation top-1) trained with --seeds too")
+    p.add_argument("--ablation", nargs="*", metavar="POS:STEM", help="rule-off runs (default: every scheme with "
+                   "position parameters)")  # fmt: skip
     p.add_argument("--ablation-seeds", type=int, nargs="+", default=[0], help="seeds of the rule-off runs")
     tried = ((10, 0), (10, 1), (10, 2), (100, 0))  # (scale, seed)
     sweep = [f"{pos}:patch:{sc}:{k}" for pos in ("learned", "relbias") for sc, k in tried]
@@ -82,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     screened = [r for r in runs if r["spec"] in args.others]
     top = [r["spec"] for r in sorted(screened, key=lambda r: -r["best_val_top1"])[: args.top]]
     train([(spec, seed, args.scale) for spec in top for seed in args.seeds])
-    train([(spec, seed, 1.0) for spec in with_params for seed in args.ablation_seeds])
+    ablation = with_params if args.ablation is None else [s for s in args.ablation if s in with_params]
+    train([(spec, seed, 1.0) for spec in ablation for seed in args.ablation_seeds])
     for item in args.sweep:
         pos, stem, scale, seed = item.split(":")
         train([(f"{pos}:{stem}", int(seed), float(scale))])
