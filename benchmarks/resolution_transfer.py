@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--results", default=str(ROOT / "docs" / "results.json"), help="the runs (benchmarks/results.py)")
     p.add_argument("--resolutions", nargs="+", default=RESOLUTIONS)
-    p.add_argument("--limit", type=int, default=1000, help="test images per cell")
+    p.add_argument("--limit", type=int, default=300, help="test images per cell")
     p.add_argument("--sweep-dir", default="runs/bench-shapes/resolution")
     p.add_argument("--json", default=str(ROOT / "docs" / "resolution.json"))
     args = p.parse_args(argv)
