@@ -201,7 +201,7 @@ def test_no_weight_decay_covers_every_position_parameter(tiny, name, class_token
 def test_pos_lr_scale_applies_to_every_position_parameter_alike(tiny, name):
     """One rule for every scheme: exactly the parameters under ``pos.`` get lr x scale; the rest lr; the
     decay split is unchanged. At scale 1 the two plain groups of earlier checkpoints come back."""
-    from vitpos.lit import param_groups
+    from vitpos.optim import param_groups
 
     m = tiny(name, class_token=True, global_pool="token")
     name_of = {id(p): n for n, p in m.named_parameters()}

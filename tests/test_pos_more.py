@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from helpers import TRAIN, with_grads  # noqa: E402
 
 import vitpos
-from vitpos.lit import param_groups
+from vitpos.optim import param_groups
 from vitpos.pos import POS_REGISTRY
 from vitpos.pos.base import rotate
 from vitpos.pos.compose import ComposedPos, Composition, merge_attention

@@ -21,7 +21,7 @@ import torch
 from helpers import TRAIN  # noqa: E402
 
 import vitpos
-from vitpos.lit import param_groups
+from vitpos.optim import param_groups
 from vitpos.pos import POS_REGISTRY
 from vitpos.pos.alibi2d import alibi_slopes
 from vitpos.pos.base import rotate, rotate_blocks
