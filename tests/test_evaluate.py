@@ -118,6 +118,14 @@ def test_parse_resolution():
             ev.parse_resolution(bad)
 
 
+@pytest.mark.parametrize("text", ["32", "24x48", "48x24"])
+def test_resolution_label_reads_back_as_the_same_resolution(text):
+    from vitpos.resolution import parse_resolution, resolution_label, to_hw
+
+    r = parse_resolution(text)
+    assert parse_resolution(resolution_label(r)) == r and resolution_label(to_hw(r)) == resolution_label(r)
+
+
 def test_shard_sampler_covers_every_index_once():
     shards = [list(ev.ShardSampler(45, r, 4)) for r in range(4)]
     assert sorted(sum(shards, [])) == list(range(45))

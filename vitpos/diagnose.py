@@ -39,6 +39,7 @@ from einops import rearrange
 from torch import Tensor
 from torch.utils.data import DataLoader, Subset
 
+from .cli import OneLineParser
 from .config import ConfigError
 from .model import Attention, ViT
 from .pos.base import AttnPos, Grid, grid_coords, turn_qk
@@ -398,13 +399,10 @@ def report(summary: dict[str, Any]) -> str:
 
 
 # -- command line ---------------------------------------------------------------------------------
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, like every other bad input
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m vitpos.diagnose", description="Pictures and numbers on one checkpoint's positions.")
+    p = OneLineParser(
+        prog="python -m vitpos.diagnose", description="Pictures and numbers on one checkpoint's positions."
+    )
     p.add_argument("--ckpt", required=True, metavar="FILE", help="checkpoint to diagnose")
     p.add_argument("--out", metavar="DIR", help="folder for the PNGs and diagnostics.json (default: RUN/diagnostics/ "
                    "for RUN/checkpoints/last.ckpt, RUN/diagnostics-<stem>/ for another checkpoint of RUN)")  # fmt: skip
