@@ -104,7 +104,7 @@ def test_rope_kernel_depends_only_on_the_offset():
 
 def test_bias_map_is_the_centre_row_of_the_scheme_bias():
     model = _model("relbias", class_token=True)
-    bias = model.pos.attention(model.grid)[1].bias  # (heads, 1 + N, 1 + N)
+    bias = model.pos.attn_pos(model.grid)[1].bias  # (heads, 1 + N, 1 + N)
     q = dg.centre_index(model.grid)
     want = rearrange(bias[:, 1 + q, 1:], "hd (h w) -> hd h w", h=model.grid[0])
     torch.testing.assert_close(dg.centre_bias(model)[1], want)

@@ -9,7 +9,6 @@ from einops import rearrange
 
 import vitpos
 from vitpos.pos.base import PosScheme
-from vitpos.pos.compose import Composition
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -162,9 +161,8 @@ def test_every_other_scheme_sees_position(tiny, name, stem, class_token, img):
 def test_registry_holds_the_five_schemes():
     assert {"learned", "sincos2d", "rope2d", "relbias", "none"} <= set(vitpos.POS_SCHEMES)
     assert tuple(vitpos.POS_REGISTRY) == vitpos.POS_SCHEMES
-    # an entry is a scheme class, or a Composition ("a+b") that builds a ComposedPos; both carry methods
-    assert all((issubclass(c, PosScheme) if isinstance(c, type) else isinstance(c, Composition)) and c.methods
-               for c in vitpos.POS_REGISTRY.values())  # fmt: skip
+    # every entry, compositions ("a+b") included, is a scheme class carrying its methods
+    assert all(issubclass(c, PosScheme) and c.methods for c in vitpos.POS_REGISTRY.values())
     assert {"patch", "conv"} <= set(vitpos.STEMS)
 
 
@@ -227,7 +225,7 @@ def test_pos_lr_scale_applies_to_every_position_parameter_alike(tiny, name):
 def test_only_a_bias_scheme_passes_an_attn_mask(tiny, name, grid, monkeypatch):
     m = tiny(name).eval()
     n = grid[0] * grid[1]
-    attn = m.pos.attention(grid)
+    attn = m.pos.attn_pos(grid)
     assert len(attn) == len(m.blocks)
     for a in attn:
         if set(name.split("+")) & BIAS_SCHEMES:
@@ -268,7 +266,7 @@ def test_yarn_temperature_reaches_sdpa(tiny, monkeypatch):
     monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
     with torch.no_grad():
         m(torch.randn(1, 3, 64, 64))
-    expected = m.pos.attention((16, 16))[0].logit_scale * m.pos.head_dim**-0.5
+    expected = m.pos.attn_pos((16, 16))[0].logit_scale * m.pos.head_dim**-0.5
     assert expected > m.pos.head_dim**-0.5
     assert scales == [pytest.approx(expected)] * len(m.blocks)
 

@@ -84,7 +84,7 @@ def interleave_rope_pairs(state: dict[str, Tensor], optimizer_states: list[dict[
     groups are laid out.
     """
     with torch.no_grad():
-        if reference.pos.attention(reference.grid)[0].rope is None:
+        if reference.pos.attn_pos(reference.grid)[0].rope is None:
             return  # nothing is rotated: nothing to move
     heads, d = reference.pos.num_heads, reference.pos.head_dim
     half = torch.arange(d // 2)

@@ -10,9 +10,9 @@ Each picture is drawn only for schemes that use its hook, detected generically t
 * ``position_similarity.png`` (``tokens`` adds something: learned, sincos2d, compositions with
   them): each position's cosine similarity to every other, an h x w grid of h x w maps (the ViT
   paper's figure);
-* ``bias_centre_query.png`` (``attention`` returns a ``bias``: relbias, cpb, ...): the logit bias
+* ``bias_centre_query.png`` (``pos.attn_pos`` returns a ``bias``: relbias, cpb, ...): the logit bias
   the centre query gives every key, per head, first and last block;
-* ``rope_kernel.png`` (``attention`` returns a ``rope``): the rotated q.k for q = k = all ones, per
+* ``rope_kernel.png`` (``pos.attn_pos`` returns a ``rope``): the rotated q.k for q = k = all ones, per
   head, as a function of the key's offset (dy, dx) from the centre query (first block);
 * ``attention_distance.png`` (every scheme): mean attention distance (patch units) per layer and
   head on the checkpoint's validation images.
@@ -61,7 +61,7 @@ def additive_embedding(model: ViT, grid: Grid | None = None) -> Tensor | None:
 
 @torch.no_grad()
 def attention_pos(model: ViT, grid: Grid | None = None) -> list[AttnPos]:
-    return model.pos.attention(grid or model.grid, torch.device("cpu"))
+    return model.pos.attn_pos(grid or model.grid, torch.device("cpu"))
 
 
 def position_similarity(emb: Tensor) -> Tensor:

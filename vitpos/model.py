@@ -173,7 +173,7 @@ class ViT(nn.Module):
         x = self.pos.tokens(rearrange(x, "b d h w -> b (h w) d"), grid)  # patch tokens only
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        attn_pos = self.pos.attention(grid, x.device)  # once per forward, shared by the blocks
+        attn_pos = self.pos.attn_pos(grid, x.device)  # once per forward, shared by the blocks
         for i, block in enumerate(self.blocks):
             x = block(x, attn_pos[i])
             x = self.pos.after_block(x, grid, i)

@@ -83,7 +83,7 @@ class CpbPos(PosScheme):
         bias = rearrange(out[:, index.flatten()], "l (i j) heads -> l heads i j", i=n)
         return add_prefix_bias(bias, self.prefix_bias, self.num_prefix_tokens).contiguous()
 
-    def attention(self, grid: Grid, device=None) -> list[AttnPos]:
+    def attn_pos(self, grid: Grid, device=None) -> list[AttnPos]:
         params = [p for p in (self.w1, self.b1, self.w2, self.prefix_bias) if p is not None]
         bias = self.cached(("bias", tuple(grid), device), lambda: self.bias(grid).to(device), *params)
         return [AttnPos(bias=b) for b in bias.unbind(0)]

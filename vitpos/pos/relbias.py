@@ -106,7 +106,7 @@ class RelBiasPos(PosScheme):
         bias = rearrange(table[:, index.flatten()], "l (i j) heads -> l heads i j", i=n)
         return add_prefix_bias(bias, self.prefix_bias, self.num_prefix_tokens).contiguous()
 
-    def attention(self, grid: Grid, device=None) -> list[AttnPos]:
+    def attn_pos(self, grid: Grid, device=None) -> list[AttnPos]:
         params = [p for p in (self.table, self.prefix_bias) if p is not None]
         bias = self.cached(("bias", tuple(grid), self.table.device), lambda: self.bias(grid), *params)
         return [AttnPos(bias=b) for b in bias.unbind(0)]

@@ -76,7 +76,7 @@ class Rope2dMixedPos(PosScheme):
             ys, xs = grid_coords(grid, device=device)
             return torch.einsum("nc,lhkc->lhnk", torch.stack([xs, ys], dim=-1), f), scale
 
-    def attention(self, grid: Grid, device=None) -> list[AttnPos]:
+    def attn_pos(self, grid: Grid, device=None) -> list[AttnPos]:
         def build() -> list[AttnPos]:
             angles, scale = self.angles(grid)
             with torch.autocast(self.freqs.device.type, enabled=False):
