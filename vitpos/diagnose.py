@@ -21,8 +21,8 @@ Each picture is drawn only for schemes that use its hook, detected generically t
 ``--num-images`` validation images as they are and with their patches permuted (one fixed
 permutation for all). A model blind to position (``none`` + patch stem) scores the same on both.
 
-Attention weights are recomputed from the inputs of each block's ``Attention`` (hooked), as
-softmax(q k^T * scale + bias) with the rope rotation applied: the model's forward is untouched.
+Attention weights are recomputed from the inputs of each block's ``Attention`` (hooked) by that layer's
+own ``weights`` (its q/k projection, rotation, scale and bias, unfused): the model's forward is untouched.
 """
 
 from __future__ import annotations
@@ -107,13 +107,8 @@ def rope_kernel(model: ViT, grid: Grid | None = None, block: int = 0) -> Tensor 
 
 # -- attention maps, recomputed -------------------------------------------------------------------
 def recompute_attention(attn: Attention, x: Tensor, pos: AttnPos) -> Tensor:
-    """(B, heads, N, N) softmax weights of ``attn`` on its input ``x`` (B, N, D), as its forward computes them."""
-    q, k, _ = rearrange(attn.qkv(x), "b n (three h d) -> three b h n d", three=3, h=attn.num_heads)
-    q, k = turn_qk(q, k, pos)
-    logits = (q @ k.transpose(-1, -2)) * (pos.logit_scale * attn.head_dim**-0.5)
-    if pos.bias is not None:
-        logits = logits + pos.bias.to(logits.dtype)
-    return logits.softmax(dim=-1)
+    """(B, heads, N, N) softmax weights of ``attn`` on its input ``x`` (B, N, D), from the layer's own path."""
+    return attn.weights(x, pos)
 
 
 @torch.no_grad()

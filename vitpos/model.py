@@ -50,10 +50,27 @@ class Attention(nn.Module):
         bias = torch.cat([self.q_bias, torch.zeros_like(self.q_bias), self.v_bias])
         return F.linear(x, self.qkv.weight, bias)
 
-    def forward(self, x: Tensor, pos: AttnPos) -> Tensor:
+    def heads_qkv(self, x: Tensor, pos: AttnPos) -> tuple[Tensor, Tensor, Tensor]:
+        """(B, N, D) -> q, k, v, each (B, h, N, d), with q and k turned by the block's position."""
         q, k, v = rearrange(self.project_qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
         q, k = turn_qk(q, k, pos)
-        x = attention(q, k, v, pos.bias, scale=pos.logit_scale * self.head_dim**-0.5)  # (B, h, N, d)
+        return q, k, v
+
+    def logit_scale(self, pos: AttnPos) -> float:
+        return pos.logit_scale * self.head_dim**-0.5
+
+    def weights(self, x: Tensor, pos: AttnPos) -> Tensor:
+        """(B, h, N, N) the softmax weights ``forward`` applies to v, written out (forward never forms them:
+        its kernels are fused), for probes such as vitpos.diagnose."""
+        q, k, _ = self.heads_qkv(x, pos)
+        logits = (q @ k.transpose(-1, -2)) * self.logit_scale(pos)
+        if pos.bias is not None:
+            logits = logits + pos.bias.to(logits.dtype)
+        return logits.softmax(dim=-1)
+
+    def forward(self, x: Tensor, pos: AttnPos) -> Tensor:
+        q, k, v = self.heads_qkv(x, pos)
+        x = attention(q, k, v, pos.bias, scale=self.logit_scale(pos))  # (B, h, N, d)
         return self.proj(rearrange(x, "b h n d -> b n (h d)"))
 
 
