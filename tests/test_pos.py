@@ -416,6 +416,8 @@ def test_relative_position_index_brute_force_and_timm(grid):
     idx = relative_position_index(grid)
     assert torch.equal(idx, brute_index(*grid))
     assert torch.equal(idx, gen_relative_position_index(grid))
+    # vitpos's own formula (the one clamp uses) is timm's where clamping changes nothing
+    assert torch.equal(relative_position_index(grid, clamp=True), gen_relative_position_index(grid))
 
 
 @pytest.mark.parametrize("method", vitpos.POS_REGISTRY["relbias"].methods)

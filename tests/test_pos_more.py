@@ -19,6 +19,8 @@ from vitpos.pos.rope2d import Rope2dPos
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+EXACT = dict(rtol=0, atol=0)  # the same fp32 operations in the same order: bit for bit
+
 
 def grid_yx(grid):
     ys, xs = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
@@ -221,6 +223,19 @@ def test_mixed_class_token_is_not_rotated(tiny):
 # ---------------------------------------------------------------------------------------------
 # cpb
 # ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("grid", "norm_grid"), [((8, 8), (8, 8)), ((4, 7), (8, 8)), ((12, 10), (8, 8)),
+                                                 ((1, 5), (1, 5)), ((5, 1), (8, 8))])  # fmt: skip
+def test_cpb_offsets_are_swin_v2s_log_coords(grid, norm_grid):
+    """The offsets table (timm's gen_relative_log_coords) against Swin v2's formula written out; a one-row grid
+    (normalised by itself) stays finite."""
+    h, w = grid
+    dy = torch.arange(-(h - 1), h, dtype=torch.float32) / max(norm_grid[0] - 1, 1)
+    dx = torch.arange(-(w - 1), w, dtype=torch.float32) / max(norm_grid[1] - 1, 1)
+    c = torch.stack(torch.meshgrid(dy, dx, indexing="ij"), dim=-1).reshape(-1, 2) * 8
+    want = torch.sign(c) * torch.log2(c.abs() + 1.0) / math.log2(8)
+    torch.testing.assert_close(log_offsets_table(grid, norm_grid), want, **EXACT)
 
 
 def cpb_by_hand(pos, layer, grid, norm_grid):

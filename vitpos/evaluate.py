@@ -20,7 +20,6 @@ import argparse
 import csv
 import io
 import json
-import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
@@ -30,6 +29,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
@@ -159,16 +159,11 @@ def evaluate_model(
 
 
 # -- the sweep ------------------------------------------------------------------------------------
+# Only rank 0 speaks and writes: Lightning's rank_zero_only reads the launcher's rank from the environment
+# until a Trainer launches, and the global rank after.
+@rank_zero_only
 def _note(msg: str) -> None:
-    if _rank() == 0:
-        print(f"vitpos.evaluate: {msg}", file=sys.stderr, flush=True)
-
-
-def _rank() -> int:
-    for var in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
-        if var in os.environ:
-            return int(os.environ[var])
-    return 0
+    print(f"vitpos.evaluate: {msg}", file=sys.stderr, flush=True)
 
 
 def _eval_config(cfg: Config, data: EvalData) -> Config:
@@ -509,11 +504,11 @@ def sweep_and_write(
         out = default_out(ckpt_paths[0])
     else:  # a pretrained model has no run folder: runs/<its name>-resolution
         out = Path("runs") / f"{re.sub(r'[^A-Za-z0-9._-]+', '-', Path(init_from[0]).stem)}-resolution"
-    if _rank() == 0:
+    if rank_zero_only.rank == 0:
         check_out(out, overwrite)
     records = sweep(ckpt_paths, resolutions, methods=methods, data=data, trainer_kwargs=trainer_kwargs,
                     init_from=init_from, init_arch=init_arch)  # fmt: skip
-    if _rank() == 0:
+    if rank_zero_only.rank == 0:
         write_results(records, out)
         _note(f"{len(records)} results in {out}/resolution.{{json,csv,md,png}}")
     return records
@@ -605,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"vitpos.evaluate: error: {e}", file=sys.stderr)
         return 2
-    if _rank() == 0:
+    if rank_zero_only.rank == 0:
         print(markdown_table(records), end="")
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         # Tear the process group down here rather than in interpreter shutdown, where its threads can still be

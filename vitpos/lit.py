@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from timm.data import Mixup
+from timm.loss import SoftTargetCrossEntropy
 from timm.utils import ModelEmaV3
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
@@ -30,6 +31,7 @@ class LitViT(L.LightningModule):
         self.model = model_from_config(self.cfg)
         n = self.cfg.model.num_classes
         d, o = self.cfg.data, self.cfg.optim
+        self.soft_loss = SoftTargetCrossEntropy()  # mixup's targets are class distributions
         self.mixup = (
             Mixup(mixup_alpha=d.mixup, cutmix_alpha=d.cutmix, label_smoothing=o.label_smoothing, num_classes=n)
             if d.mixup > 0 or d.cutmix > 0
@@ -71,7 +73,7 @@ class LitViT(L.LightningModule):
         if self.mixup is not None and images.shape[0] % 2 == 0:  # timm's Mixup needs an even batch
             images, soft = self.mixup(images, labels)
             logits = self(images)
-            loss = torch.sum(-soft * F.log_softmax(logits, dim=-1), dim=-1).mean()
+            loss = self.soft_loss(logits, soft)
         else:
             logits = self(images)
             loss = F.cross_entropy(logits, labels, label_smoothing=self.cfg.optim.label_smoothing)

@@ -16,6 +16,8 @@ def param_groups(model: nn.Module, weight_decay: float, lr: float, pos_lr_scale:
     With ``pos_lr_scale == 1`` the position parameters stay in the two plain groups, the layout checkpoints
     written before the scale existed expect.
     """
+    # Not timm's param_groups_weight_decay: it has no separate position learning rate, orders the no-decay group
+    # first and drops empty groups, and the optimizer state of existing checkpoints is laid out in this order.
     skip = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()
     groups: dict[tuple[bool, bool], list[nn.Parameter]] = {(p, d): [] for p in (False, True) for d in (True, False)}
     for name, p in model.named_parameters():
