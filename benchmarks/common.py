@@ -14,6 +14,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +50,26 @@ def machine() -> dict[str, str | int]:
 
 def command(script: str, argv: list[str]) -> str:
     return shlex.join(["python", f"benchmarks/{script}", *argv])
+
+
+def write_record(path: str | Path, script: str, argv: list[str], **data) -> None:
+    """One benchmark's JSON: the command that made it, the machine and its load average, then the measurements."""
+    load = [round(v, 2) for v in os.getloadavg()]
+    record = {"command": command(script, argv), "machine": machine(), "load_average": load, **data}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {path}", flush=True)
+
+
+def round_robin(fns: dict[str, Callable[[], object]], rounds: int, clock=time.perf_counter) -> dict[str, list[float]]:
+    """Seconds (by ``clock``) of each call per round, run A, B, C, then C, B, A, so drift and load hit all alike."""
+    out: dict[str, list[float]] = {k: [] for k in fns}
+    for r in range(rounds):
+        for k in list(fns) if r % 2 == 0 else list(fns)[::-1]:
+            t0 = clock()
+            fns[k]()
+            out[k].append(clock() - t0)
+    return out
 
 
 def train_run(run_dir: Path, flags: list[str], retrain: bool = False) -> dict:

@@ -8,8 +8,8 @@
 # 1. the CUDA tests (named *cuda*, in files that mention cuda; they skip without a GPU)       -> $OUT/cuda_tests.txt
 # 2. bf16 training-step throughput, ViT-S/16 at 224, 256, 512 px (14x14, 16x16 and 32x32 grids)
 #    against timm, MFU against the H200's dense bf16 datasheet peak of 989 TFLOP/s and against a
-#    bf16 matmul measured in the same run                                              -> $OUT/performance_gpu.md
-# 3. torch.compile speed-up for rope2d and relbias at 224 px, eval at 224 and 320 px    -> $OUT/compile_gpu.md
+#    bf16 matmul measured in the same run                                     -> $OUT/performance.json (.md)
+# 3. torch.compile speed-up for rope2d and relbias at 224 px, eval at 224 and 320 px    -> $OUT/performance_compile.json (.md)
 #
 # Each part has its own timeout; the whole script stays under ~6 minutes. Logs: $OUT/*.log.
 set -uo pipefail
@@ -54,7 +54,7 @@ timeout 75 $PY -m pytest -q -rs -p no:cacheprovider -k cuda $(grep -l cuda tests
 echo "== throughput (bf16, ViT-S/16)"
 timeout 150 $PY benchmarks/throughput.py --device cuda --dtype bf16 --model small --patch-size 16 \
   --img-sizes 224 256 512 --batch-size 256 256 128 --repeats 5 --steps 5 --warmup 3 --data-images 64 \
-  --peak-tflops 989 --write "$OUT/performance_gpu.md" >/dev/null 2> "$OUT/throughput.log"
+  --out "$OUT/performance.json" >/dev/null 2> "$OUT/throughput.log"
 rc=$?
 tail -40 "$OUT/throughput.log"
 [ $rc -eq 0 ] || { echo "throughput exited $rc (124 = timeout)"; status=1; }
@@ -63,12 +63,12 @@ tail -40 "$OUT/throughput.log"
 echo "== torch.compile (bf16, ViT-S/16, 224 px; eval 224 and 320 px)"
 timeout 150 $PY benchmarks/throughput.py --device cuda --dtype bf16 --model small --patch-size 16 \
   --img-sizes 224 --eval-img-sizes 224 320 --batch-size 256 --schemes rope2d relbias \
-  --repeats 3 --steps 5 --warmup 2 --data-images 16 --peak-tflops 989 --compile \
-  --write "$OUT/compile_gpu.md" >/dev/null 2> "$OUT/compile.log"
+  --repeats 3 --steps 5 --warmup 2 --compile --out "$OUT/performance_compile.json" >/dev/null 2> "$OUT/compile.log"
 rc=$?
 grep -E "compile|Error|error" "$OUT/compile.log" | tail -20
 [ $rc -eq 0 ] || { echo "compile part exited $rc (124 = timeout)"; status=1; }
 
+$PY benchmarks/render.py "$OUT"  # the pages, from the JSON written there
 echo "== done, status $status; files in $OUT:"
 ls -la "$OUT"
 exit $status

@@ -1,7 +1,8 @@
 """Render docs/*.md and plots from the benchmarks' JSON (nothing is measured here).
 
     python benchmarks/render.py        # docs/results.md from docs/results.json, docs/resolution.md (+ .png)
-                                       # from docs/resolution.json; each page names the commands that made it
+                                       # from docs/resolution.json, docs/fashion_mnist.md (+ .png) from
+                                       # docs/fashion_mnist.json; each page names the commands that made it
 
 Every number on a page comes from the JSON beside it; every comparison sentence is computed: "A beats B" is
 written only where the 95 % intervals over seeds do not overlap.
@@ -11,8 +12,10 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections import defaultdict
 from pathlib import Path
+from statistics import median
 
 import yaml
 from common import ROOT, mean_ci, separated  # noqa: E402  (benchmarks/ is on sys.path as a script)
@@ -44,6 +47,22 @@ def anchors() -> dict:
     return yaml.safe_load((DOCS / "anchors.yaml").read_text())
 
 
+def comparisons(scored: dict[tuple[str, str], list[float]]) -> list[str]:
+    """One line per (pos, stem) with >= 2 seeds: whom it beats (disjoint 95 % intervals) and whom it does not."""
+    scored = {k: v for k, v in scored.items() if len(v) >= 2}
+    keys = sorted(scored, key=lambda k: -mean_ci(scored[k])[0])
+    lines = []
+    for i, a in enumerate(keys):
+        beaten = [label(*b) for b in keys[i + 1 :] if separated(scored[a], scored[b])]
+        tied = [label(*b) for b in keys[i + 1 :] if not separated(scored[a], scored[b])]
+        if beaten:
+            lines.append(f"- {label(*a)} beats {', '.join(beaten)}"
+                         + (f"; not separated from {', '.join(tied)}" if tied else "") + ".")  # fmt: skip
+        elif tied:
+            lines.append(f"- {label(*a)} is not separated from {', '.join(tied)}.")
+    return lines
+
+
 # -- results.md ------------------------------------------------------------------------------------
 def render_results(data: dict) -> str:
     b, runs = data["budget"], data["runs"]
@@ -65,6 +84,9 @@ def render_results(data: dict) -> str:
         f"{pct(CHANCE)} %; a model blind to patch order can reach at most {pct(BAG_CEILING)} % (the reference shape, "
         "not the relation).",
         "",
+        "The six mission runs are trained with every seed, every other scheme with seed 0, and the three best of "
+        f"those by seed-0 validation top-1 ({', '.join(label(*t.split(':')) for t in data.get('top_others', []))}) "
+        "with every seed too. "
         "Cells: mean test top-1 in % over seeds, [95 % t-interval], (seeds). Train time: wall time of `Trainer.fit` "
         "(training and per-epoch validation) with one thread per run, two runs at a time, alongside other jobs: "
         "it varies with the machine's load, not only with the scheme.",
@@ -94,6 +116,24 @@ def render_results(data: dict) -> str:
         if off and on and on[0]["pos_params"]:
             lines.append(f"| {label(pos, stem)} | {interval([r['test_top1'] for r in off])} | "
                          f"{interval([r['test_top1'] for r in on])} |")  # fmt: skip
+    lines.append("")
+    seeded = [[r["test_top1"] for r in v] for k, v in by.items() if k[2] == default and len(v) >= 3]
+    seed_range = max((max(v) - min(v) for v in seeded), default=math.nan)
+    for pos, stem in order:  # a single rule-off seed held against the default's interval, or its single seed
+        off, on = by.get((pos, stem, 1.0)), [r["test_top1"] for r in by.get((pos, stem, default), [])]
+        if not off or len(off) != 1 or not on or not any(r["pos_params"] for r in by[pos, stem, default]):
+            continue
+        v = off[0]["test_top1"]
+        if len(on) >= 2:
+            _, lo, hi = mean_ci(on)
+            where = "inside" if lo <= v <= hi else "above" if v > hi else "below"
+            lines.append(f"- {label(pos, stem)}: scale 1 scores {pct(v)} (one seed), {where} the 95 % interval of "
+                         f"scale {default:g}.")  # fmt: skip
+        else:
+            gap, side = on[0] - v, "above" if on[0] >= v else "below"
+            lines.append(f"- {label(pos, stem)}: scale {default:g} is {pct(abs(gap))} points {side} "
+                         f"scale 1 (one seed each; the widest seed-to-seed range of a scheme with three seeds is "
+                         f"{pct(seed_range)} points).")  # fmt: skip
     scales = sorted({r["pos_lr_scale"] for r in runs})
     swept = [(p, s) for p, s in order if sum(1 for sc in scales if by.get((p, s, sc))) > 2]
     if swept:
@@ -110,16 +150,15 @@ def render_results(data: dict) -> str:
         m = mean_ci([r["test_top1"] for r in bag])[0]
         lines.append(f"- `none` with the patch stem (exactly blind to patch order) scores {pct(m)} %, against the "
                      f"{pct(BAG_CEILING)} % a bag of patches can reach.")  # fmt: skip
-    scored = {k: [r["test_top1"] for r in v] for k, v in by.items() if k[2] == default and len(v) >= 2}
-    keys = sorted(scored, key=lambda k: -mean_ci(scored[k])[0])
-    for i, a in enumerate(keys):
-        beaten = [label(b[0], b[1]) for b in keys[i + 1 :] if separated(scored[a], scored[b])]
-        tied = [label(b[0], b[1]) for b in keys[i + 1 :] if not separated(scored[a], scored[b])]
-        if beaten:
-            lines.append(f"- {label(a[0], a[1])} beats {', '.join(beaten)}"
-                         + (f"; not separated from {', '.join(tied)}" if tied else "") + ".")  # fmt: skip
-        elif tied:
-            lines.append(f"- {label(a[0], a[1])} is not separated from {', '.join(tied)}.")
+    lines += comparisons({k[:2]: [r["test_top1"] for r in v] for k, v in by.items() if k[2] == default})
+    blind = [(p, s) for p, s in order if (p, s) != ("none", "patch") and by.get((p, s, default))
+             and mean_ci([r["test_top1"] for r in by[p, s, default]])[0] <= BAG_CEILING + 0.01]  # fmt: skip
+    if blind:
+        lines.append(
+            f"- At the bag-of-patches ceiling: {', '.join(label(*k) for k in blind)}. The classes are the four "
+            "directions from the reference to the circle, and a scheme whose attention is unchanged under mirroring "
+            "the patch grid (`alibi2d`'s bias is a function of the offset's length only) cannot tell them apart."
+        )
     ref = anchors()["small_data_cifar"]
     lines += ["", f"Published, for orientation ({ref['source']}): {ref['setting']}. CIFAR-10 top-1: "
               + ", ".join(f"{k} {v}" for k, v in ref["cifar10"].items()) + ". Relative bias is not a weak scheme when "
@@ -132,21 +171,14 @@ def _res_key(rec: dict) -> tuple[int, int]:
     return rec["height"], rec["width"]
 
 
-def render_resolution(data: dict, png: Path) -> str:
-    recs, train = data["records"], data["train_resolution"]
+def transfer_section(recs: list[dict], train: int, png: Path, chance: float) -> list[str]:
+    """The transfer table (every scheme and method, mean [interval] over seeds), where methods separate, the plot."""
     cells = defaultdict(list)  # (scheme, stem, method, (h, w)) -> top-1 per seed
     for r in recs:
         cells[r["scheme"], r["stem"], r["method"], _res_key(r)].append(r["top1"])
     grids = sorted({_res_key(r) for r in recs}, key=lambda hw: (hw[0] * hw[1], hw))
     rows = list(dict.fromkeys((r["scheme"], r["stem"], r["method"], r["default_method"]) for r in recs))
     lines = [
-        "# Resolution transfer on `shapes`",
-        "",
-        f"Made by `{data['command']}` and `python benchmarks/render.py` ({machine_line(data['machine'])}), on the "
-        f"runs of docs/results.md (trained at {train} px). Test split, rendered natively at each resolution. "
-        "Cells: mean top-1 in % over seeds, [95 % t-interval], (seeds); the first method of each scheme is its "
-        "default.",
-        "",
         "| scheme | method | " + " | ".join(f"{h}" if h == w else f"{h}x{w}" for h, w in grids) + " |",
         "|---|---|" + "---|" * len(grids),
     ]
@@ -168,6 +200,43 @@ def render_resolution(data: dict, png: Path) -> str:
                 lines.append(
                     f"- {label(scheme, stem)} at {g[0]}x{g[1]}: `{best}` beats {', '.join(f'`{m}`' for m in worse)}."
                 )
+    plot_resolution(cells, rows, grids, train, png, chance)
+    return lines + ["", f"![top-1 against resolution]({png.name})"]
+
+
+def temperature_section(temp: list[dict], runs: str) -> list[str]:
+    """YaRN's attention temperature, scale from the larger axis or from the token-count ratio, over seeds."""
+    by = defaultdict(list)
+    for t in temp:
+        by[t["temperature"], t["resolution"]].append(t["top1"])
+    res = list(dict.fromkeys(t["resolution"] for t in temp))
+    lines = [f"Attention temperature of `yarn` on the {runs}, the scale s taken from the larger axis "
+             "(`yarn_temperature=axis`) or from the token-count ratio (`tokens`):", "",
+             "| temperature | " + " | ".join(res) + " |", "|---|" + "---|" * len(res)]  # fmt: skip
+    for mode in ("axis", "tokens"):
+        lines.append(f"| {mode} | " + " | ".join(interval(by[mode, r]) for r in res) + " |")
+    for r in res:
+        a, t = by["axis", r], by["tokens", r]
+        if separated(a, t):
+            lines.append(f"- at {r}: `{'axis' if mean_ci(a)[0] > mean_ci(t)[0] else 'tokens'}` is better.")
+    if not any(separated(by["axis", r], by["tokens", r]) for r in res):
+        lines.append("- The two temperatures are not separated at any of these sizes.")
+    return lines
+
+
+def render_resolution(data: dict, png: Path) -> str:
+    train = data["train_resolution"]
+    lines = [
+        "# Resolution transfer on `shapes`",
+        "",
+        f"Made by `{data['command']}` and `python benchmarks/render.py` ({machine_line(data['machine'])}), on the "
+        f"runs of docs/results.md (trained at {train} px). The first {data['limit']} images of the test split, "
+        "rendered natively at each resolution. "
+        "Cells: mean top-1 in % over seeds, [95 % t-interval], (seeds); the first method of each scheme is its "
+        "default.",
+        "",
+        *transfer_section(data["records"], train, png, CHANCE),
+    ]
     blend = data["yarn_blend"]
     lines += ["", "## YaRN for image grids", "",
               "Per rotary frequency of one axis (`rope2d`, theta 100, the default head width, "
@@ -180,29 +249,87 @@ def render_resolution(data: dict, png: Path) -> str:
         lines.append(
             f"| {k} | {f:.4f} | {g:.2f} | " + " | ".join(f"{v[k]:.3f}" for v in blend["ratio"].values()) + " |"
         )
-    temp = data["yarn_temperature"]
-    if temp:
-        by = defaultdict(list)
-        for t in temp:
-            by[t["temperature"], t["resolution"]].append(t["top1"])
-        res = list(dict.fromkeys(t["resolution"] for t in temp))
-        lines += ["", "Attention temperature of `yarn` on the `rope2d` runs, the scale s taken from the larger axis "
-                  "(`yarn_temperature=axis`) or from the token-count ratio (`tokens`):", "",
-                  "| temperature | " + " | ".join(res) + " |", "|---|" + "---|" * len(res)]  # fmt: skip
-        for mode in ("axis", "tokens"):
-            lines.append(f"| {mode} | " + " | ".join(interval(by[mode, r]) for r in res) + " |")
-        for r in res:
-            a, t = by["axis", r], by["tokens", r]
-            if separated(a, t):
-                lines.append(f"- at {r}: `{'axis' if mean_ci(a)[0] > mean_ci(t)[0] else 'tokens'}` is better.")
-        if not any(separated(by["axis", r], by["tokens", r]) for r in res):
-            lines.append("- The two temperatures are not separated at any of these sizes.")
-    plot_resolution(cells, rows, grids, train, png)
-    lines += ["", f"![top-1 against resolution]({png.name})"]
+    if data["yarn_temperature"]:
+        lines += ["", *temperature_section(data["yarn_temperature"], "`rope2d` runs")]
     return "\n".join(lines) + "\n"
 
 
-def plot_resolution(cells: dict, rows: list, grids: list, train: int, png: Path) -> None:
+# -- fashion_mnist.md ---------------------------------------------------------------------------------
+def render_fashion_mnist(data: dict, curves_png: Path, res_png: Path) -> str:
+    b, runs = data["budget"], data["runs"]
+    by = defaultdict(list)
+    for r in runs:
+        by[r["pos"], r["stem"]].append(r)
+    order = sorted(by, key=lambda k: -mean_ci([r["test_top1"] for r in by[k]])[0])
+    seeds = sorted({r["seed"] for r in runs})
+    lines = [
+        "# Fashion-MNIST: the position schemes on real data",
+        "",
+        f"Made by `{data['command']}` and `python benchmarks/render.py` ({machine_line(data['machine'])}).",
+        "",
+        f"Budget: `python train.py --config {b['config']} --pos P --stem S --seed K` (seeds "
+        f"{', '.join(map(str, seeds))}): ViT {b['embed_dim']} wide, {b['depth']} blocks, {b['num_heads']} heads, "
+        f"patch {b['patch_size']} at {b['img_size']} px, a fixed subset of {b['train_limit']} training images "
+        f"(the same for every seed), {b['holdout_size']} validation images carved from the rest of train, "
+        f"{b['epochs']} epochs of batch {b['batch_size']}, AdamW lr {b['lr']:g}, position parameters at "
+        f"lr x {b['pos_lr_scale']:g}. Test: the 10,000 test images, best checkpoint by validation. Data: Debian's "
+        "`dataset-fashion-mnist` (the original idx files, read offline). Chance is 10 %.",
+        "",
+        "Cells: mean in % over seeds, [95 % t-interval], (seeds). Last 3 epochs: how much the mean validation top-1 "
+        "moved over the last three epochs, the test of a flattened curve. Train time: one thread per run, two runs "
+        "at a time, alongside other jobs.",
+        "",
+        "| scheme | test top-1 | best val top-1 | last 3 epochs | train time |",
+        "|---|---|---|---|---|",
+    ]
+    drift = {}
+    for k in order:
+        rs = by[k]
+        curve = [sum(c) / len(c) for c in zip(*(r["val_curve"] for r in rs), strict=False)]
+        drift[k] = curve[-1] - curve[-4] if len(curve) >= 4 else math.nan
+        secs = sum(r["train_seconds"] for r in rs) / len(rs)
+        test, val = interval([r["test_top1"] for r in rs]), interval([r["best_val_top1"] for r in rs])
+        lines.append(f"| {label(*k)} | {test} | {val} | {100 * drift[k]:+.1f} | {secs:.0f} s |")
+    moving = [label(*k) for k in order if not abs(drift[k]) < 0.01]
+    flat = (
+        f"Still moving by 1 point or more over the last three epochs: {', '.join(moving)}."
+        if moving
+        else "Every scheme's mean validation curve moved less than 1 point over the last three epochs."
+    )
+    lines += ["", flat, "", f"![validation top-1 per epoch]({curves_png.name})", "", "## What the intervals allow", ""]
+    lines += comparisons({k: [r["test_top1"] for r in rs] for k, rs in by.items()})
+    plot_curves(by, order, curves_png)
+    lines += ["", f"## Resolution transfer (trained at {b['img_size']} px)", "",
+              f"Whole-image resize to each resolution (`--resize full`), every transfer method, on the first "
+              f"{b['eval_limit'] or 10000} test images, from each run's last checkpoint. Cells as above; the first "
+              "method of each scheme is its default.", "",
+              *transfer_section(data["records"], b["img_size"], res_png, 0.1)]  # fmt: skip
+    if data["yarn_temperature"]:
+        lines += ["", "## YaRN's temperature", "", *temperature_section(data["yarn_temperature"], "`rope2d` runs")]
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(by: dict, order: list, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, k in enumerate(order):
+        curves = [r["val_curve"] for r in by[k]]
+        n = min(map(len, curves))
+        mean = [100 * sum(c[e] for c in curves) / len(curves) for e in range(n)]
+        ax.plot(range(1, n + 1), mean, marker="os^Dv<>ph*"[i % 10], markersize=3, linestyle="-" if i < 6 else "--",
+                label=f"{k[0]}{' (conv)' if k[1] == 'conv' else ''}")  # fmt: skip
+    ax.set(xlabel="epoch", ylabel="validation top-1 (%), mean over seeds")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def plot_resolution(cells: dict, rows: list, grids: list, train: int, png: Path, chance: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -219,7 +346,7 @@ def plot_resolution(cells: dict, rows: list, grids: list, train: int, png: Path)
                [100 * (hi - m) if not math.isnan(hi) else 0 for _, (m, _, hi) in pts]]  # fmt: skip
         ax.errorbar(xs, ys, yerr=err, marker=markers[i % len(markers)], linestyle="-" if i < 6 else "--",
                     capsize=3, label=f"{scheme}{' (conv)' if stem == 'conv' else ''}: {method}")  # fmt: skip
-    ax.axhline(100 * CHANCE, color="grey", linestyle=":", label="chance")
+    ax.axhline(100 * chance, color="grey", linestyle=":", label="chance")
     ax.axvline(train, color="black", linewidth=0.8, label=f"trained at {train} px")
     ax.set(xlabel="test resolution (px)", ylabel="test top-1 (%)", ylim=(0, 100), xticks=[g[0] for g in square])
     ax.legend(fontsize=7, loc="lower left")
@@ -228,7 +355,212 @@ def plot_resolution(cells: dict, rows: list, grids: list, train: int, png: Path)
     plt.close(fig)
 
 
+# -- measurement pages: performance, performance_compile, export, liere_cost, data, diagnostics --------------
+TIMM = {"learned": "`VisionTransformer`", "rope2d": "`vit_small_patch16_rope_224` (an `Eva`, RoPE-Axial)",
+        "relbias": "`VisionTransformerRelPos(rel_pos_type='bias')`"}  # fmt: skip
+GOALS = {"timm": 1.0, "overhead": {"learned": 5, "sincos2d": 5, "rope2d": 10, "relbias": 10}, "shapes": 10.0}
+GPUS_PER_NODE = 8
+
+
+def made(d: dict) -> str:
+    m, load = d["machine"], d["load_average"][0]
+    busy = f" (over {m['cores']}: other work shared the machine, so the ratios within a round are what compare)"
+    busy = busy if load > m["cores"] else ""
+    return (f"Made by `{d['command']}`, then `python benchmarks/render.py`: {m['date']}, {m['cpu']}, {m['cores']} "
+            f"cores, torch {m['torch']}, 1-minute load average {load:g} at the start{busy}.")  # fmt: skip
+
+
+def table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(r) + " |" for r in [headers, ["---"] * len(headers), *rows]]
+
+
+def spread(v: list[float], spec: str) -> str:
+    """The median over rounds, (lowest to highest round)."""
+    return f"{median(v):{spec}}" + (f" ({min(v):{spec}} to {max(v):{spec}})" if len(v) > 1 else "")
+
+
+def per_round(a: list[float], b: list[float]) -> list[float]:
+    return [x / y for x, y in zip(a, b, strict=True)]
+
+
+def model_line(d: dict) -> str:
+    m = d["dims"]
+    return (f"Model `{d['model']}`: {m['embed_dim']} wide, {m['depth']} blocks, {m['num_heads']} heads, patch "
+            f"{d['patch_size']}, average pooling, no class token; {d['dtype']} on {d['gpu'] or 'the CPU'}, "
+            f"{d['threads']} torch threads. Every contender is warmed up ({d['warmup']} steps), then all run "
+            f"round-robin, {d['repeats']} rounds of {d['steps']} steps.")  # fmt: skip
+
+
+def render_performance(d: dict) -> str:
+    peaks = anchors()["gpu_peak_tflops"]
+    spec = next((v[d["dtype"]] for k, v in peaks.items() if k != "source" and k in (d["gpu"] or "")), None)
+    lines = ["# Training throughput against timm", "", made(d), "", model_line(d) + " Step: forward, cross-entropy, "
+             "backward, AdamW. img/s: median over rounds; *vs timm* and *overhead vs `none`*: medians of per-round "
+             "ratios, (lowest to highest round). Memory: peak of one step above the resting state. FLOPs: "
+             "`FlopCounterMode` on one forward; achieved = 3 x forward FLOPs x img/s, against a square matmul "
+             f"measured in the same run ({d['matmul_peak_tflops']:.3g} TFLOP/s)"
+             + (f" and the datasheet's {spec} TFLOP/s ({peaks['source']})." if spec else "."), "",
+             f"timm {d['timm']}, same dims, `global_pool='avg', class_token=False`, no LayerScale: "
+             + "; ".join(f"`{k}` against {v}" for k, v in TIMM.items()) + "."]  # fmt: skip
+    if d["quick"]:
+        lines += ["", "**Smoke-test settings (`--quick`): these numbers show that the benchmark runs, nothing more.**"]
+    checks, data = [], []
+    for g in d["grids"]:
+        c, side = g["contenders"], g["img_size"] // d["patch_size"]
+        lines += ["", f"## {side}x{side} grid ({side * side} tokens, {g['img_size']} px, batch {g['batch']})", ""]
+        rows = []
+        for name, r in c.items():
+            ratio = per_round(r["img_s"], c[f"timm:{name}"]["img_s"]) if f"timm:{name}" in c else None
+            over = None
+            if "none" in c and name != "none" and not name.startswith("timm:"):
+                over = [100 * (x - 1) for x in per_round(c["none"]["img_s"], r["img_s"])]
+            tflops = 3 * r["gflops_fwd"] * median(r["img_s"]) / 1e3
+            rows.append([name.replace("timm:", "timm ") if ":" in name else f"`{name}`", f"{median(r['img_s']):.1f}",
+                         spread(ratio, ".3f") if ratio else "–", spread(over, "+.1f") + " %" if over else "–",
+                         f"{r['memory_mib']:.0f}", f"{r['gflops_fwd']:.4g}", f"{tflops:.3g}",
+                         f"{100 * tflops / d['matmul_peak_tflops']:.1f} %"]
+                        + ([f"{100 * tflops / spec:.1f} %"] if spec else []))  # fmt: skip
+            if ratio:
+                checks.append((f"`{name}` / timm, {side}x{side}", ratio, ">=", GOALS["timm"]))
+            if over and name in GOALS["overhead"]:
+                what = f"`{name}` overhead vs `none` (%), {side * side} tokens"
+                checks.append((what, over, "<=", GOALS["overhead"][name]))
+        heads = ["model", "img/s", "vs timm", "overhead vs `none`", "step memory (MiB)", "GFLOPs/img (fwd)"]
+        lines += table([*heads, "achieved TFLOP/s", "of measured peak", *(["of datasheet"] if spec else [])], rows)
+        train, rate = max(median(r["img_s"]) for n, r in c.items() if ":" not in n), g["shapes_img_s"]
+        data.append([f"{g['img_size']} px", f"{rate:.0f}", f"{train:.0f}", f"{rate / train:.1f}x"])
+        checks.append((f"`shapes` rendered / trained img/s, {g['img_size']} px", [rate / train], ">=", GOALS["shapes"]))
+    lines += ["", "## The embedded `shapes` set: rendering against training", "",
+              f"`render_shapes` ({d['data_images']} images) in the same process, against the fastest vitpos scheme's "
+              "training img/s.", "", *table(["size", "rendered img/s", "training img/s", "ratio"], data), "",
+              "## Goals", ""]  # fmt: skip
+    for what, v, op, goal in checks:
+        met = median(v) >= goal if op == ">=" else median(v) <= goal
+        close = " (rounds on both sides of it)" if min(v) <= goal <= max(v) else ""
+        lines.append(f"- {what}: {spread(v, '.3g')}, goal {op} {goal:g}: {'met' if met else 'missed'}{close}.")
+    return "\n".join(lines) + "\n"
+
+
+def render_performance_compile(d: dict) -> str:
+    lines = ["# torch.compile against eager", "", made(d), "", model_line(d) + " `torch.compile(model, "
+             "dynamic=False)` against the same module eager. *train*: a training step; *eval*: a forward without "
+             "gradients at each grid, served by the model built for the training grid (one static graph per "
+             "resolution). First call: wall seconds, compilation included; speed-up: median of per-round ratios "
+             "(lowest to highest round). Eager img/s are in [performance.md](performance.md).", ""]  # fmt: skip
+    rows, ups = [], defaultdict(list)
+    for r in d["rows"]:
+        up = per_round(r["compiled_img_s"], r["eager_img_s"])
+        ups[r["mode"]].append(median(up))
+        eager, comp = median(r["eager_img_s"]), median(r["compiled_img_s"])
+        rows.append([f"`{r['scheme']}`", r["mode"], f"{r['grid']}x{r['grid']}", f"{r['first_call_s']:.1f}",
+                     f"{eager:.1f}", f"{comp:.1f}", spread(up, ".2f")])  # fmt: skip
+    lines += table(["scheme", "mode", "grid", "first call (s)", "eager img/s", "compiled img/s", "speed-up"], rows)
+    lines += ["", "Median speed-ups range " + ", ".join(f"{min(v):.2f}-{max(v):.2f}x in {k}" for k, v in ups.items())
+              + "."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def render_export(d: dict) -> str:
+    m = d["model"]
+    lines = ["# Exported ONNX under onnxruntime against eager PyTorch (CPU inference)", "", made(d), "",
+             f"Model: {m['embed_dim']} wide, {m['depth']} blocks, {m['num_heads']} heads, patch {m['patch_size']}, "
+             f"built at {m['img_size']} px, random weights. One ONNX file per scheme, exported once with dynamic "
+             "batch, height and width (`python -m vitpos.export`), timed at every size against eager "
+             f"(`torch.inference_mode()`), both in one process, round-robin, {d['threads']} thread(s), batch "
+             f"{d['batch']}, {d['repeats']} rounds of {d['steps']} batches; onnxruntime {d['onnxruntime']}. "
+             "img/s: median over rounds; ratio: median of per-round ratios (lowest-highest). Max rel. diff: "
+             "max |onnxruntime - eager| / max |eager| of the logits.", ""]  # fmt: skip
+    rows = [[f"`{r['scheme']}`", str(r["img_size"]), f"{r['eager_img_s']:.0f}", f"{r['onnxruntime_img_s']:.0f}",
+             f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})", f"{r['max_rel_diff']:.1e}"]
+            for r in d["rows"]]  # fmt: skip
+    lines += table(["scheme", "px", "eager img/s", "onnxruntime img/s", "onnxruntime / eager", "max rel. diff"], rows)
+    return "\n".join(lines) + "\n"
+
+
+def render_liere_cost(d: dict) -> str:
+    m = d["dims"]
+    lines = ["# LieRE's cost against rope2d", "", made(d), "",
+             f"Model: {m['embed_dim']} wide, {m['depth']} blocks, {m['num_heads']} heads, patch {m['patch_size']}, "
+             f"batch {d['batch']}, fp32, {d['threads']} thread(s). *Step*: zero_grad + forward + backward of a "
+             "cross-entropy loss; *position*: the scheme's own work per training step (every block's rotation, and "
+             f"its backward when it is learned). Round-robin; medians over {d['rounds']} rounds of {d['steps']} "
+             "steps.", ""]  # fmt: skip
+    base = {tuple(r["grid"]): r["step_ms"] for r in d["records"] if r["contender"] == "rope2d"}
+    rows = [[f"{r['grid'][0]}x{r['grid'][1]}", f"`{r['contender']}`", f"{r['step_ms']:.1f}",
+             f"{r['step_ms'] / base[tuple(r['grid'])]:.2f}x", f"{r['position_ms']:.2f}", f"{r['position_params']:,}"]
+            for r in d["records"]]  # fmt: skip
+    lines += table(["grid", "scheme", "step (ms)", "vs rope2d", "position (ms)", "position parameters"], rows)
+    return "\n".join(lines) + "\n"
+
+
+def workers_needed(per_core: float, gpu_img_s: float, gpus: int = GPUS_PER_NODE) -> int:
+    """The fewest one-core loader workers that keep ``gpus`` GPUs fed."""
+    return math.ceil(gpus * gpu_img_s / per_core)
+
+
+def render_data(d: dict) -> str:
+    meas, src, a = d["measured"], d["images"], anchors()
+    ref, inet = a["vit_s16_train_throughput"], a["imagenet_train"]
+    lines = ["# Data loading: ImageFolder against streaming shards", "", made(d), "",
+             f"Images: {src['images']} JPEGs like ImageNet's (random crops of scikit-learn's two bundled photos, "
+             f"375-500 px long side, quality 90), {src['mean_kb']:.0f} KB and {src['mean_megapixels']:.3f} megapixels "
+             f"on average; ImageNet's training images average {1e6 * inet['gigabytes'] / inet['images']:.0f} KB "
+             f"({inet['source']}). Pipeline: the training transforms of `configs/imagenet.yaml` at 224 px, RandAugment "
+             "magnitudes clipped at 9, batch 64, one loader process with one torch thread, litdata "
+             f"{d['litdata']}; *decode only*: the same readers without the transforms. The readers run round-robin; "
+             "images per CPU-second of the process (`time.process_time`, warm page cache) and per wall-second, "
+             "medians over rounds.", ""]  # fmt: skip
+    rows = [[k, f"{r['img_per_cpu_s']:.0f}", f"{r['img_per_s']:.0f}", ", ".join(f"{v:.0f}" for v in
+             r["rounds_img_per_cpu_s"])] for k, r in meas.items()]  # fmt: skip
+    lines += table(["reader", "images / CPU-second", "images / s (wall)", "rounds (img / CPU-s)"], rows)
+    folder, shards = meas["ImageFolder"]["img_per_cpu_s"], meas["shards"]["img_per_cpu_s"]
+    need = GPUS_PER_NODE * ref["train_img_per_s"]
+    lines += ["", f"Shards / ImageFolder, full pipeline: {shards / folder:.2f}x per core.", "",
+              f"## Loader workers for one {GPUS_PER_NODE}-GPU node", "",
+              f"Published training throughput: {ref['train_img_per_s']:.0f} img/s per GPU for {ref['model']} on "
+              f"{ref['hardware']} ({ref['source']}); {GPUS_PER_NODE} such GPUs take {need:.0f} img/s. Workers = "
+              "ceil(GPUs x GPU img/s / img/s per core), one core each:", ""]  # fmt: skip
+    per_core = {k: meas[k]["img_per_cpu_s"] for k in ("ImageFolder", "shards")}
+    gpu = ref["train_img_per_s"]
+    rows = [[k, f"{v:.0f}", str(workers_needed(v, gpu, 1)), str(workers_needed(v, gpu))] for k, v in per_core.items()]
+    lines += table(["reader", "img/s per core", "workers per GPU", f"workers per {GPUS_PER_NODE}-GPU node"], rows)
+    return "\n".join(lines) + "\n"
+
+
+def render_diagnostics(d: dict) -> str:
+    lines = ["# Position diagnostics, one checkpoint per scheme", "", made(d), "",
+             "Per run: `python -m vitpos.diagnose --ckpt RUN/checkpoints/last.ckpt --out docs/diagnostics/RUN` on "
+             f"{d['num_images']} validation images. Patch shuffle: top-1 as the images are and with the patches "
+             "permuted (one fixed permutation). Attention distances in patches.", ""]  # fmt: skip
+    rows = []
+    for r in d["runs"]:
+        sh, dist, name = r["patch_shuffle"], r["attention_distance"], r["run"]
+        pics = " ".join(f"[{Path(n).stem}](diagnostics/{name}/{n})" for n in r["pictures"])
+        rows.append([f"`{name}`", f"{100 * sh['top1']:.1f} %", f"{100 * sh['top1_shuffled']:.1f} %",
+                     f"{100 * sh['drop']:+.1f} pts", f"{dist[0]:.2f} / {dist[-1]:.2f}", pics])  # fmt: skip
+    lines += table(["run", "top-1", "top-1, patches shuffled", "drop", "attention distance, first / last block",
+                    "pictures"], rows)  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+PAGES = {"performance": render_performance, "performance_compile": render_performance_compile,
+         "export": render_export, "liere_cost": render_liere_cost, "data": render_data,
+         "diagnostics": render_diagnostics}  # fmt: skip
+
+
+def render_pages(docs: Path) -> int:
+    """The measurement pages whose JSON is in ``docs``: docs/<name>.md from docs/<name>.json."""
+    for name, page in PAGES.items():
+        src = docs / f"{name}.json"
+        if src.is_file():
+            src.with_suffix(".md").write_text(page(json.loads(src.read_text())))
+            print(f"wrote {src.with_suffix('.md')}")
+    return 0
+
+
 def main() -> int:
+    if len(sys.argv) > 1:  # python benchmarks/render.py DIR: only the measurement pages, from DIR's JSON
+        return render_pages(Path(sys.argv[1]))
     if (DOCS / "results.json").is_file():
         (DOCS / "results.md").write_text(render_results(json.loads((DOCS / "results.json").read_text())))
         print("wrote docs/results.md")
@@ -237,7 +569,12 @@ def main() -> int:
         md = render_resolution(data, DOCS / "resolution.png")
         (DOCS / "resolution.md").write_text(md)
         print("wrote docs/resolution.md, docs/resolution.png")
-    return 0
+    if (DOCS / "fashion_mnist.json").is_file():
+        data = json.loads((DOCS / "fashion_mnist.json").read_text())
+        md = render_fashion_mnist(data, DOCS / "fashion_mnist_curves.png", DOCS / "fashion_mnist_resolution.png")
+        (DOCS / "fashion_mnist.md").write_text(md)
+        print("wrote docs/fashion_mnist.md, docs/fashion_mnist_curves.png, docs/fashion_mnist_resolution.png")
+    return render_pages(DOCS)
 
 
 if __name__ == "__main__":

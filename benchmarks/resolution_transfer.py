@@ -4,12 +4,12 @@
     python benchmarks/resolution_transfer.py             # sweeps them: docs/resolution.json
     python benchmarks/render.py                          # docs/resolution.md and resolution.png
 
-The runs are those of docs/results.json at the default position lr scale (every seed). One
-``python -m vitpos.evaluate`` sweeps all their last checkpoints on the test split; ``shapes`` renders
-natively at each resolution. Two measurements of RoPE's YaRN method ride along: its per-frequency blend
-at the default grid, and its attention temperature with the scale taken from the larger axis or from the
-token-count ratio, on the `rope2d` runs. A finished sweep of the same command on unchanged checkpoints is
-reused.
+The runs are those of docs/results.json at the default position lr scale (every scheme, every seed trained).
+One ``python -m vitpos.evaluate`` sweeps all their last checkpoints on the first ``--limit`` test images;
+``shapes`` renders natively at each resolution. Two measurements of RoPE's YaRN method ride along: its
+per-frequency blend at the default grid, and its attention temperature with the scale taken from the larger
+axis or from the token-count ratio, on the `rope2d` runs. A finished sweep of the same command on unchanged
+checkpoints is reused.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from common import ROOT, command, finished_sweep, machine, record_sweep, run  # noqa: E402
+from torch.utils.data import Subset
 
 from vitpos.evaluate import evaluate_model, load_records, make_trainer, parse_resolution, to_hw
 from vitpos.pos.rope2d import axial_frequencies, yarn_ramp
@@ -36,7 +37,7 @@ def yarn_blend(head_dim: int, theta: float, train_len: int, factors: list[float]
             "ratio": {f"{s:g}": (gamma + (1 - gamma) / s).tolist() for s in factors}}  # fmt: skip
 
 
-def temperature_study(ckpts: list[str], grids: list[str]) -> list[dict]:
+def temperature_study(ckpts: list[str], grids: list[str], limit: int = 0) -> list[dict]:
     """Top-1 of `yarn` with each temperature mode, per checkpoint and grid (test split, rendered natively)."""
     from vitpos.checkpoint import model_from_checkpoint
     from vitpos.data import build_datamodule
@@ -47,7 +48,10 @@ def temperature_study(ckpts: list[str], grids: list[str]) -> list[dict]:
             cfg, model = model_from_checkpoint(ckpt)
             model.pos.yarn_temperature = mode
             dm = build_datamodule(cfg.data, img_size=cfg.model.img_size, seed=cfg.trainer.seed)
-            jobs = [(dm.eval_dataset(to_hw(parse_resolution(g)), "test"), "yarn") for g in grids]
+            sets = [dm.eval_dataset(to_hw(parse_resolution(g)), "test") for g in grids]
+            if limit:  # the first images, as the evaluator's --limit takes them
+                sets = [Subset(ds, range(min(limit, len(ds)))) for ds in sets]
+            jobs = [(ds, "yarn") for ds in sets]
             for g, (correct, seen) in zip(grids, evaluate_model(model, jobs, trainer), strict=True):
                 rows.append({"checkpoint": ckpt, "temperature": mode, "resolution": g, "top1": correct / seen})
     return rows
@@ -58,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--results", default=str(ROOT / "docs" / "results.json"), help="the runs (benchmarks/results.py)")
     p.add_argument("--resolutions", nargs="+", default=RESOLUTIONS)
+    p.add_argument("--limit", type=int, default=1000, help="test images per cell")
     p.add_argument("--sweep-dir", default="runs/bench-shapes/resolution")
     p.add_argument("--json", default=str(ROOT / "docs" / "resolution.json"))
     args = p.parse_args(argv)
@@ -67,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ckpts = [str(ROOT / r["run"] / "checkpoints" / "last.ckpt") for r in runs]
     sweep_dir = ROOT / args.sweep_dir
     cmd = ["-m", "vitpos.evaluate", "--ckpt", *ckpts, "--resolutions", *args.resolutions, "--split", "test",
-           "--out", str(sweep_dir), "--overwrite"]  # fmt: skip
+           "--limit", str(args.limit), "--out", str(sweep_dir), "--overwrite"]  # fmt: skip
     if finished_sweep(cmd, ckpts, sweep_dir):
         print(f"reusing the finished sweep in {sweep_dir}", flush=True)
     else:
@@ -81,9 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         "command": command("resolution_transfer.py", argv),
         "machine": machine(),
         "train_resolution": b["img_size"],
+        "limit": args.limit,
         "records": records,
         "yarn_blend": yarn_blend(b["embed_dim"] // b["num_heads"], 100.0, b["img_size"] // b["patch_size"], [1.5, 2]),
-        "yarn_temperature": temperature_study(rope, TEMPERATURE_GRIDS),
+        "yarn_temperature": temperature_study(rope, TEMPERATURE_GRIDS, args.limit),
     }
     Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {args.json}; render with: python benchmarks/render.py")

@@ -48,13 +48,48 @@ def test_mean_ci_is_the_t_interval_and_separation_needs_disjoint_intervals(bench
     assert not bench.separated([0.99], [0.10, 0.11])  # one seed: never "beats"
 
 
-def test_data_page_is_rendered_from_its_json_and_derives_workers_from_it(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import data_loading
+@pytest.mark.parametrize("page", ["export", "data"])
+def test_measurement_pages_are_rendered_from_their_json(bench, page):
+    import render
 
-    record = json.loads((ROOT / "docs" / "data.json").read_text())
-    assert data_loading.render(record) == (ROOT / "docs" / "data.md").read_text()  # the page matches its data
-    per_core = record["measured"]["shards"]["img_per_cpu_s"]
-    need = data_loading.GPUS_PER_NODE * record["published"]["train_img_per_s"]
-    workers = record["workers_per_node"]["shards"]
+    data = json.loads((ROOT / "docs" / f"{page}.json").read_text())
+    assert render.PAGES[page](data) == (ROOT / "docs" / f"{page}.md").read_text()  # the page says what its data says
+
+
+def test_data_page_derives_workers_from_the_published_throughput(bench):
+    import render
+
+    per_core = json.loads((ROOT / "docs" / "data.json").read_text())["measured"]["shards"]["img_per_cpu_s"]
+    need = render.GPUS_PER_NODE * render.anchors()["vit_s16_train_throughput"]["train_img_per_s"]
+    workers = render.workers_needed(per_core, need / render.GPUS_PER_NODE)
     assert (workers - 1) * per_core < need <= workers * per_core  # the fewest one-core workers that keep up
+
+
+@pytest.mark.parametrize("page", ["results", "resolution", "fashion_mnist"])
+def test_docs_pages_are_rendered_from_their_json(bench, monkeypatch, tmp_path, page):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import render
+
+    data = json.loads((ROOT / "docs" / f"{page}.json").read_text())
+    made = {
+        "results": lambda: render.render_results(data),
+        "resolution": lambda: render.render_resolution(data, tmp_path / "resolution.png"),
+        "fashion_mnist": lambda: render.render_fashion_mnist(
+            data, tmp_path / "fashion_mnist_curves.png", tmp_path / "fashion_mnist_resolution.png"
+        ),
+    }[page]()
+    assert made == (ROOT / "docs" / f"{page}.md").read_text()  # the page says what its data says
+
+
+def test_comparisons_say_beats_only_where_intervals_separate(bench, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import render
+
+    lines = render.comparisons({
+        ("a", "patch"): [0.90, 0.91, 0.92],
+        ("b", "patch"): [0.80, 0.81, 0.82],
+        ("c", "patch"): [0.70, 0.85, 0.95],
+        ("d", "patch"): [0.99],  # one seed: never compared
+    })  # fmt: skip
+    assert lines[0] == "- `a` beats `b`; not separated from `c`."
+    assert "`d`" not in "".join(lines) and not any(line.startswith("- `b` beats") for line in lines)

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-import sys
+import json
 
 import pytest
 import torch
@@ -258,22 +258,18 @@ def test_cuda_sdpa_runs_on_a_fused_kernel(name):
         assert p.grad is not None and torch.isfinite(p.grad).all(), n
 
 
-def test_throughput_benchmark_quick_report(tmp_path, monkeypatch):
-    """benchmarks/throughput.py --quick writes its page: every target row, and the position checks per scheme."""
-    import importlib.util
+def test_throughput_benchmark_quick_record_renders(tmp_path, monkeypatch):
+    """benchmarks/throughput.py --quick writes its JSON (every contender, per-round rates); render.py makes the page."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import render
+    import throughput
 
-    spec = importlib.util.spec_from_file_location("throughput", ROOT / "benchmarks" / "throughput.py")
-    bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "throughput", bench)  # dataclasses look their module up there
-    spec.loader.exec_module(bench)
-    out = tmp_path / "perf.md"
-    assert bench.main(["--quick", "--schemes", "rope2d", "relbias", "none", "--write", str(out)]) == 0
-    text = out.read_text()
-    checks = text.split("## Position work per forward")[1].split("## Targets")[0]
-    rows = {line.split("|")[1].strip(): line for line in checks.splitlines() if line.startswith("| `")}
-    assert set(rows) == {"`rope2d`", "`relbias`", "`none`"}
-    assert not any("math" in row for row in rows.values())  # no block falls back to SDPA's unfused path
-    assert "vitpos learned-bias" in rows["`relbias`"] and "4-D mask" in rows["`relbias`"]
-    assert rows["`relbias`"].rstrip(" |").endswith("yes")  # a cached evaluation sees a changed table
-    for name in ("rope2d", "relbias"):
-        assert f"`{name}` / timm, 2x2" in text and f"`{name}` overhead vs `none`, 16 tokens" in text
+    out = tmp_path / "performance.json"
+    assert throughput.main(["--quick", "--schemes", "rope2d", "none", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert [g["img_size"] for g in data["grids"]] == [8, 16]
+    for g in data["grids"]:
+        assert set(g["contenders"]) == {"rope2d", "none", "timm:rope2d"}
+        assert all(len(c["img_s"]) == 2 and c["gflops_fwd"] > 0 for c in g["contenders"].values())
+    text = render.render_performance(data)
+    assert "`rope2d` / timm, 2x2" in text and "`rope2d` overhead vs `none` (%), 16 tokens" in text

@@ -26,7 +26,7 @@ from vitpos.pos import POS_REGISTRY
 from vitpos.pos.alibi2d import alibi_slopes
 from vitpos.pos.base import rotate, rotate_blocks
 from vitpos.pos.compose import ComposedPos
-from vitpos.pos.liere import SkewExp, skew_from_coefficients
+from vitpos.pos.liere import SkewExp, skew_exp_series, skew_from_coefficients
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -375,6 +375,15 @@ def test_skew_exp_matches_matrix_exp_and_its_gradient(b):
     torch.testing.assert_close(out32.double(), ref.detach(), **FP32)
 
 
+@pytest.mark.parametrize("norm", [0.0, 1.0, 30.0, 300.0])
+def test_the_series_exp_used_for_export_matches_matrix_exp(norm):
+    """Scaling and squaring (matmuls only, what ONNX can run) agrees with matrix_exp far beyond real norms."""
+    a = skew_from_coefficients(torch.randn(3, 28, dtype=torch.float64), 8)
+    a = a / torch.linalg.matrix_norm(a, 2)[:, None, None] * norm
+    torch.testing.assert_close(skew_exp_series(a), torch.linalg.matrix_exp(a), rtol=0, atol=1e-9)
+    assert skew_exp_series(a.float()).dtype == torch.float32
+
+
 @pytest.mark.parametrize("block_size", [None, 2, 4])
 @pytest.mark.parametrize("grid", [TRAIN, (5, 11)], ids=str)
 def test_liere_rotations_are_orthogonal_exponentials_of_the_generators(tiny, block_size, grid):
@@ -505,12 +514,14 @@ def test_compositions_of_the_new_schemes(tiny):
 
 
 @pytest.mark.parametrize(
-    "kwarg", ["fov=30", "block_size=3", "rescale=0.5", "bogus=1"], ids=["lookhere", "liere", "rope2d-norm", "alibi2d"]
+    "kwarg",
+    ["fov=30", "block_size=3", "rescale=0.5", "bogus=1", "theta=-1", "theta=1", "base=0.5"],
+    ids=["lookhere", "liere", "rope2d-norm", "alibi2d", "rope2d", "rope2d-mixed", "rope2d-norm-base"],
 )
 def test_a_bad_scheme_option_is_one_line_and_exit_2(kwarg, request, tmp_path, capsys):
     from vitpos.training import main
 
-    pos = request.node.callspec.id
+    pos = request.node.callspec.id.removesuffix("-base")
     assert main(["--pos", pos, "--pos-kwarg", kwarg, "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"train.py: error: --pos {pos} ")

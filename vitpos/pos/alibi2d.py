@@ -54,7 +54,7 @@ class Alibi2dPos(PosScheme):
     def bias(self, grid: Grid, device=None) -> Tensor:
         """(heads, P+N, P+N) fp32 bias for ``grid`` under the current method."""
         dy, dx = scaled_offsets(grid, self.train_grid, self.method == "scaled", device)
-        dist = torch.hypot(dy, dx)  # (N, N)
+        dist = (dy * dy + dx * dx).sqrt()  # (N, N); not hypot, which ONNX has no kernel for
         bias = -alibi_slopes(self.num_heads).to(dist.device)[:, None, None] * dist  # (heads, N, N)
         return pad_prefix(bias.float(), self.num_prefix_tokens)
 

@@ -60,7 +60,8 @@ def lookhere_bias(
     head_slope = torch.tensor([2.0 ** -(1 + h // n_fields) for h in range(num_heads)], dtype=torch.float64)
     layer = torch.linspace(layer_slopes[0], layer_slopes[1], depth, dtype=torch.float64)
     slope = global_slope * layer[:, None] * head_slope[None, :]  # (depth, heads)
-    penalty = -slope.to(dy.device)[:, :, None, None] * torch.hypot(dy, dx)  # (depth, heads, N, N)
+    dist = (dy * dy + dx * dx).sqrt()  # not hypot, which ONNX has no kernel for
+    penalty = -slope.to(dy.device)[:, :, None, None] * dist  # (depth, heads, N, N)
     return penalty.masked_fill(~visible, float("-inf"))
 
 

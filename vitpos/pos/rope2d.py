@@ -30,10 +30,17 @@ from torch import Tensor
 from .base import AttnPos, Grid, PosScheme, grid_coords
 
 
+def check_base(name: str, value: float) -> None:
+    """A frequency base must be a finite number > 1: at 1 every pair turns alike, below 1 the ladder inverts."""
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 1):
+        raise ValueError(f"{name} must be a number > 1, got {value!r}")
+
+
 def axial_frequencies(head_dim: int, theta: float) -> Tensor:
     """(head_dim/4,) frequencies theta^(-4k/head_dim), in fp64 for exact angles."""
     if head_dim % 4:
         raise ValueError(f"rope2d needs a head dim divisible by 4, got {head_dim}")
+    check_base("theta", theta)
     k = torch.arange(head_dim // 4, dtype=torch.float64)
     return theta ** (-4.0 * k / head_dim)
 

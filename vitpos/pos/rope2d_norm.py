@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from .base import AttnPos, Grid, PosScheme
-from .rope2d import rope_rotation
+from .rope2d import check_base, rope_rotation
 
 NORMALIZATIONS = ("separate", "min", "max")
 
@@ -45,6 +45,7 @@ def dinov3_periods(head_dim: int, base: float) -> Tensor:
     """(head_dim/4,) fp32 periods base^(4k/head_dim) = base^(2k/(head_dim/2))."""
     if head_dim % 4:
         raise ValueError(f"rope2d-norm needs a head dim divisible by 4, got {head_dim}")
+    check_base("base", base)
     return base ** (4 * torch.arange(head_dim // 4, dtype=torch.float32) / head_dim)
 
 
