@@ -52,7 +52,7 @@ def position_fn(model: vitpos.ViT) -> Callable[[], None]:
 
     def step() -> None:
         pos.zero_grad(set_to_none=True)
-        parts = [t for a in pos.attention(grid) for t in (a.rope, a.rotation) if t is not None]
+        parts = [t for a in pos.attn_pos(grid) for t in (a.rope, a.rotation) if t is not None]
         total = torch.stack([t.sum() for t in parts]).sum()
         if total.requires_grad:
             total.backward()

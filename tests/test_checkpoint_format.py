@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from timm.layers import apply_rot_embed_cat
@@ -9,7 +13,8 @@ from timm.layers import apply_rot_embed_cat
 import vitpos.pos.base
 from vitpos.checkpoint import FORMAT, load_checkpoint, model_from_checkpoint
 from vitpos.config import Config, ConfigError
-from vitpos.lit import model_from_config, param_groups
+from vitpos.model import model_from_config
+from vitpos.optim import param_groups
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -122,3 +127,13 @@ def test_format2_class_token_bias_checkpoint_computes_what_it_did(tmp_path, pos)
     with torch.no_grad():
         torch.testing.assert_close(new(x), model(x), rtol=0, atol=0)
     assert load_checkpoint(path)["vitpos_format"] == FORMAT == 3
+
+
+def test_upgrading_a_checkpoint_does_not_need_the_lightning_module(tmp_path):
+    """The upgrade works on the parameters: reading an old checkpoint must not import vitpos.lit (which imports
+    vitpos.checkpoint)."""
+    path, _ = old_checkpoint(tmp_path, "rope2d", class_token=True)  # format 1: both upgrade steps run
+    code = (
+        f"import sys, vitpos.checkpoint as c; c.load_checkpoint({str(path)!r}); sys.exit('vitpos.lit' in sys.modules)"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], check=True)

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import vitpos
 from vitpos import diagnose as dg
 from vitpos.config import Config
-from vitpos.lit import model_from_config
+from vitpos.model import model_from_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--embed-dim", "32", "--depth", "1", "--num-heads", "2", "--batch-size", "16", "--train-size", "64",
@@ -104,15 +104,23 @@ def test_rope_kernel_depends_only_on_the_offset():
 
 def test_bias_map_is_the_centre_row_of_the_scheme_bias():
     model = _model("relbias", class_token=True)
-    bias = model.pos.attention(model.grid)[1].bias  # (heads, 1 + N, 1 + N)
+    bias = model.pos.attn_pos(model.grid)[1].bias  # (heads, 1 + N, 1 + N)
     q = dg.centre_index(model.grid)
     want = rearrange(bias[:, 1 + q, 1:], "hd (h w) -> hd h w", h=model.grid[0])
     torch.testing.assert_close(dg.centre_bias(model)[1], want)
 
 
-@pytest.mark.parametrize("pos", ["learned", "rope2d", "rope2d-mixed", "relbias", "cpb", "rope2d+peg"])
-def test_recomputed_attention_reproduces_each_block(pos):
-    model = _model(pos, class_token=True)
+@pytest.mark.parametrize(
+    "pos,qkv_bias",
+    [("learned", "qkv"), ("rope2d", "qkv"), ("rope2d-mixed", "qkv"), ("relbias", "qkv"), ("cpb", "qkv"),
+     ("rope2d+peg", "qkv"), ("rope2d", "qv"), ("relbias", "qv")],
+)  # fmt: skip
+def test_recomputed_attention_reproduces_each_block(pos, qkv_bias):
+    model = _model(pos, class_token=True, qkv_bias=qkv_bias)
+    with torch.no_grad():  # q and v biases away from their zero init, so that a path that skips them shows
+        for name, p in model.named_parameters():
+            if name.endswith(("q_bias", "v_bias")):
+                p.normal_(0, 1)
     outputs = []
     hooks = [b.attn.register_forward_hook(lambda m, args, out: outputs.append((m, args, out))) for b in model.blocks]
     images = next(iter(_loader()))[0]
@@ -122,7 +130,8 @@ def test_recomputed_attention_reproduces_each_block(pos):
             h.remove()
         for m, (x, pos_), out in outputs:
             a = dg.recompute_attention(m, x, pos_)
-            v = rearrange(m.qkv(x), "b n (three h d) -> three b h n d", three=3, h=m.num_heads)[2]
+            v = m.heads_qkv(x, pos_)[2]
+            # fused kernel against the written-out softmax: fp32 rounding only
             torch.testing.assert_close(m.proj(rearrange(a @ v, "b h n d -> b n (h d)")), out, atol=1e-5, rtol=1e-4)
 
 

@@ -118,6 +118,14 @@ def test_parse_resolution():
             ev.parse_resolution(bad)
 
 
+@pytest.mark.parametrize("text", ["32", "24x48", "48x24"])
+def test_resolution_label_reads_back_as_the_same_resolution(text):
+    from vitpos.resolution import parse_resolution, resolution_label, to_hw
+
+    r = parse_resolution(text)
+    assert parse_resolution(resolution_label(r)) == r and resolution_label(to_hw(r)) == resolution_label(r)
+
+
 def test_shard_sampler_covers_every_index_once():
     shards = [list(ev.ShardSampler(45, r, 4)) for r in range(4)]
     assert sorted(sum(shards, [])) == list(range(45))
@@ -147,7 +155,14 @@ def test_sweep_writes_a_record_per_resolution_and_method(ckpt, tmp_path, one_thr
     csv_lines = (tmp_path / "resolution.csv").read_text().splitlines()
     assert len(csv_lines) == 1 + len(records) and csv_lines[0].startswith("checkpoint,scheme,stem,method")
     md = (tmp_path / "resolution.md").read_text()
-    assert "| 16 (train) |" in md and "| rope2d/patch | yarn |" in md and "16x24" in md
+    assert md.endswith(ev.markdown_table(records))  # the page's table is the records' table
+    table = [line for line in md.splitlines() if line.startswith("|")]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in table]
+    runs = {(r["checkpoint"], r["method"]) for r in records}
+    columns = {(r["height"], r["width"]) for r in records}
+    assert len(table) == 2 + len(runs) and all(len(c) == 2 + len(columns) for c in cells)  # a row per run x method
+    top1 = sorted(f"{100 * r['top1']:.1f}" for r in records)
+    assert sorted(c.strip("*") for row in cells[2:] for c in row[2:] if c) == top1  # every result once, as %
     assert (tmp_path / "resolution.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     with pytest.raises(ev.ConfigError, match="already holds"):  # never silently overwritten

@@ -173,7 +173,7 @@ def write_checkpoint(path, pos: str = "rope2d") -> vitpos.ViT:
     cfg = Config()
     cfg.model.pos, cfg.model.embed_dim, cfg.model.num_heads, cfg.model.depth = pos, 32, 4, 1
     cfg.model.num_classes = 5
-    from vitpos.lit import model_from_config
+    from vitpos.model import model_from_config
 
     torch.manual_seed(0)
     model = model_from_config(cfg)

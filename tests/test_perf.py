@@ -93,9 +93,9 @@ def test_rope_is_applied_without_per_batch_copies(tiny, name):
     m = tiny(name).train()
     batch, grid = 8, (6, 10)
     n, heads, d = grid[0] * grid[1], m.pos.num_heads, m.pos.head_dim
-    for a in m.pos.attention(grid):
+    for a in m.pos.attn_pos(grid):
         assert a.rope.shape[-3:] == (n, d // 2, 2) and a.rope.dim() <= 4 and a.rope.shape[0] != batch
-    rot = m.pos.attention(grid)[0].rope
+    rot = m.pos.attn_pos(grid)[0].rope
     q = torch.randn(batch, heads, n, d, requires_grad=True)
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
@@ -116,7 +116,7 @@ def test_attention_stays_on_fused_kernels(tiny, name, train, monkeypatch):
     bias in training on the CPU: the fused-forward path of vitpos.attention, never SDPA's math path."""
     grid = (6, 10)
     m = tiny(name).train(train)
-    attn = m.pos.attention(grid)
+    attn = m.pos.attn_pos(grid)
     has_bias = [a.bias is not None for a in attn]
     if name in ("learned", "sincos2d", "rope2d", "none"):
         assert not any(has_bias)
@@ -245,7 +245,7 @@ def test_cuda_sdpa_runs_on_a_fused_kernel(name):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     m = vitpos.create_model(name, **GPU_DIMS).cuda().train()
-    biased = any(a.bias is not None for a in m.pos.attention((8, 8), torch.device("cuda")))
+    biased = any(a.bias is not None for a in m.pos.attn_pos((8, 8), torch.device("cuda")))
     if name in ("learned", "sincos2d", "rope2d", "none"):
         assert not biased
     backend = SDPBackend.EFFICIENT_ATTENTION if biased else SDPBackend.FLASH_ATTENTION

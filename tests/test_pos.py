@@ -26,7 +26,7 @@ def pos_outputs(pos, grid) -> list[torch.Tensor]:
     """Everything the scheme hands the ViT for ``grid``, as a flat list of tensors (all three hooks)."""
     n = grid[0] * grid[1]
     out = [pos.tokens(torch.zeros(1, n, pos.dim), grid)]
-    for a in pos.attention(grid):
+    for a in pos.attn_pos(grid):
         out += [t for t in (a.rope, a.bias, a.rotation) if t is not None] + [torch.tensor(a.logit_scale)]
     x = torch.linspace(-1, 1, (pos.num_prefix_tokens + n) * pos.dim).reshape(1, -1, pos.dim)  # fixed input
     return out + [pos.after_block(x, grid, i) for i in range(pos.depth)]
@@ -116,7 +116,7 @@ def test_edited_parameters_never_leave_the_cache_stale(tiny, name, grid, edit):
 def test_method_setter_rejects_unknown_and_clears_cache(tiny):
     m = tiny("rope2d").eval()
     with torch.no_grad():
-        m.pos.attention((12, 12))
+        m.pos.attn_pos((12, 12))
     assert m.pos._cache
     with pytest.raises(ValueError, match="extrapolate"):
         m.pos.method = "bogus"
@@ -136,7 +136,7 @@ def test_bf16_rotation_rounds_once(tiny):
     """A bf16 q rotated over a 32x32 grid is the fp64 rotation of that q, rounded to bf16 once: each element
     within BF16_EPS of its exact value (relative). cos/sin rounded to bf16 first were off by up to 0.034."""
     m = tiny("rope2d", embed_dim=128, num_heads=4)
-    rot = m.pos.attention((32, 32))[0].rope  # fp32 (cos, sin)
+    rot = m.pos.attn_pos((32, 32))[0].rope  # fp32 (cos, sin)
     q = torch.randn(2, 4, 32 * 32, 32).bfloat16()
     exact = rotate(q.double(), rot.double())
     got = rotate(q, rot)
@@ -152,7 +152,7 @@ def rope(m, grid, method=None):
     """cos, sin (N, d/2) of block 0's rotation, and its logit scale."""
     if method is not None:
         m.pos.method = method
-    a = m.pos.attention(grid)[0]
+    a = m.pos.attn_pos(grid)[0]
     return a.rope[..., 0], a.rope[..., 1], a.logit_scale
 
 
@@ -401,7 +401,7 @@ def test_relbias_depends_only_on_offset(tiny, grid, method):
     m.pos.method = method
     dy, dx = offsets(grid)
     key = ((dy + grid[0]) * (2 * grid[1] + 1) + dx + grid[1]).flatten()
-    for a in m.pos.attention(grid):
+    for a in m.pos.attn_pos(grid):
         bias = a.bias.detach().flatten(1)  # (heads, N*N)
         assert a.bias.shape == (m.pos.num_heads, grid[0] * grid[1], grid[0] * grid[1])
         k = key.expand_as(bias)
@@ -416,6 +416,8 @@ def test_relative_position_index_brute_force_and_timm(grid):
     idx = relative_position_index(grid)
     assert torch.equal(idx, brute_index(*grid))
     assert torch.equal(idx, gen_relative_position_index(grid))
+    # vitpos's own formula (the one clamp uses) is timm's where clamping changes nothing
+    assert torch.equal(relative_position_index(grid, clamp=True), gen_relative_position_index(grid))
 
 
 @pytest.mark.parametrize("method", vitpos.POS_REGISTRY["relbias"].methods)
@@ -425,7 +427,7 @@ def test_relbias_training_grid_gathers_the_table(tiny, method):
     table, table_grid = m.pos.table_for(TRAIN)
     assert table is m.pos.table and table_grid == TRAIN
     idx = brute_index(*TRAIN)
-    for layer, a in enumerate(m.pos.attention(TRAIN)):
+    for layer, a in enumerate(m.pos.attn_pos(TRAIN)):
         torch.testing.assert_close(a.bias, m.pos.table[layer][idx].permute(2, 0, 1), rtol=0, atol=0)
 
 
@@ -437,8 +439,8 @@ def test_relbias_clamp_uses_edge_entries_for_far_offsets(tiny, grid):
     dy, dx = offsets(grid)
     cy, cx = dy.clamp(-(h - 1), h - 1), dx.clamp(-(w - 1), w - 1)
     idx = (cy + h - 1) * (2 * w - 1) + (cx + w - 1)
-    train_bias = m.pos.attention(TRAIN)
-    for layer, a in enumerate(m.pos.attention(grid)):
+    train_bias = m.pos.attn_pos(TRAIN)
+    for layer, a in enumerate(m.pos.attn_pos(grid)):
         torch.testing.assert_close(a.bias, m.pos.table[layer][idx].permute(2, 0, 1), rtol=0, atol=0)
         # token (last row, col 0) vs (0, 0): offset beyond range -> the trained (h-1, 0) entry
         far = a.bias[:, (grid[0] - 1) * grid[1], 0]
@@ -449,7 +451,7 @@ def test_relbias_resize_keeps_a_constant_table_constant(tiny):
     m = tiny("relbias")
     with torch.no_grad():
         m.pos.table.fill_(0.25)
-    for a in m.pos.attention((12, 10)):
+    for a in m.pos.attn_pos((12, 10)):
         torch.testing.assert_close(a.bias, torch.full_like(a.bias, 0.25))
 
 

@@ -10,14 +10,16 @@ import torch.nn.functional as F
 from helpers import TRAIN, with_grads  # noqa: E402
 
 import vitpos
-from vitpos.lit import param_groups
+from vitpos.optim import param_groups
 from vitpos.pos import POS_REGISTRY
 from vitpos.pos.base import rotate
-from vitpos.pos.compose import ComposedPos, Composition, merge_attention
+from vitpos.pos.compose import ComposedPos, merge_attn_pos
 from vitpos.pos.cpb import log_offsets_table
 from vitpos.pos.rope2d import Rope2dPos
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+
+EXACT = dict(rtol=0, atol=0)  # the same fp32 operations in the same order: bit for bit
 
 
 def grid_yx(grid):
@@ -51,7 +53,7 @@ def mixed_rope(m, grid, method=None):
     """[(cos, sin)] per block, each (heads, N, d/2), and the logit scale."""
     if method is not None:
         m.pos.method = method
-    attn = m.pos.attention(grid)
+    attn = m.pos.attn_pos(grid)
     return [a.rope.unbind(-1) for a in attn], attn[0].logit_scale
 
 
@@ -223,6 +225,19 @@ def test_mixed_class_token_is_not_rotated(tiny):
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(("grid", "norm_grid"), [((8, 8), (8, 8)), ((4, 7), (8, 8)), ((12, 10), (8, 8)),
+                                                 ((1, 5), (1, 5)), ((5, 1), (8, 8))])  # fmt: skip
+def test_cpb_offsets_are_swin_v2s_log_coords(grid, norm_grid):
+    """The offsets table (timm's gen_relative_log_coords) against Swin v2's formula written out; a one-row grid
+    (normalised by itself) stays finite."""
+    h, w = grid
+    dy = torch.arange(-(h - 1), h, dtype=torch.float32) / max(norm_grid[0] - 1, 1)
+    dx = torch.arange(-(w - 1), w, dtype=torch.float32) / max(norm_grid[1] - 1, 1)
+    c = torch.stack(torch.meshgrid(dy, dx, indexing="ij"), dim=-1).reshape(-1, 2) * 8
+    want = torch.sign(c) * torch.log2(c.abs() + 1.0) / math.log2(8)
+    torch.testing.assert_close(log_offsets_table(grid, norm_grid), want, **EXACT)
+
+
 def cpb_by_hand(pos, layer, grid, norm_grid):
     """Swin v2's formula, written out in fp64 for one block: (heads, N, N)."""
     ys, xs = grid_yx(grid)
@@ -249,7 +264,7 @@ def test_cpb_finite_offset_only_in_range_and_formula(tiny, grid, method):
     m.pos.method = method
     n = grid[0] * grid[1]
     norm = TRAIN if method == "continuous" else grid
-    for layer, a in enumerate(m.pos.attention(grid)):
+    for layer, a in enumerate(m.pos.attn_pos(grid)):
         assert a.bias.shape == (m.pos.num_heads, n, n) and a.rope is None
         assert torch.isfinite(a.bias).all()
         assert (a.bias > 0).all() and (a.bias < 16).all()
@@ -260,22 +275,22 @@ def test_cpb_finite_offset_only_in_range_and_formula(tiny, grid, method):
 def test_cpb_default_init_starts_near_a_constant_8(tiny):
     m = tiny("cpb")
     assert m.pos.w1.shape[-1] == 512  # Swin v2's hidden width by default
-    for a in m.pos.attention(TRAIN):
+    for a in m.pos.attn_pos(TRAIN):
         torch.testing.assert_close(a.bias, torch.full_like(a.bias, 8.0), atol=0.25, rtol=0)
         assert a.bias.std() > 0
 
 
 def test_cpb_continuous_extrapolates_and_normalized_rescales(tiny):
     m = scrambled_cpb(tiny)
-    train = m.pos.attention(TRAIN)
+    train = m.pos.attn_pos(TRAIN)
     big = (12, 12)
     # token (i, j) of the big grid and token (0, 0): the offset is trained when i, j < 8
     inside = torch.tensor([r * 12 + c for r in range(8) for c in range(8)])
     m.pos.method = "continuous"
-    for a, t in zip(m.pos.attention(big), train):  # same offsets -> the same bias as at the training grid
+    for a, t in zip(m.pos.attn_pos(big), train):  # same offsets -> the same bias as at the training grid
         torch.testing.assert_close(a.bias[:, inside, 0], t.bias[:, :, 0], atol=1e-5, rtol=0)
     m.pos.method = "normalized"
-    a = m.pos.attention(big)[0]
+    a = m.pos.attn_pos(big)[0]
     assert not torch.allclose(a.bias[:, inside, 0], train[0].bias[:, :, 0], atol=1e-3)
     far = a.bias[:, 11 * 12 + 11, 0]  # the largest offset maps where the trained largest did
     torch.testing.assert_close(far, train[0].bias[:, 63, 0], atol=1e-5, rtol=0)
@@ -322,7 +337,7 @@ def test_class_token_bias_is_learned_per_block_and_head(tiny, name, grid):
     pos.num_prefix_tokens = 0  # the same scheme without the prefix: the patch block
     patch_only = pos.bias(grid)
     pos.num_prefix_tokens = 1
-    for layer, a in enumerate(m.pos.attention(grid)):
+    for layer, a in enumerate(m.pos.attn_pos(grid)):
         b, pb = a.bias, pos.prefix_bias[layer]
         assert b.shape == (heads, n + 1, n + 1)
         torch.testing.assert_close(b[:, 0, 1:], pb[:, 0, None].expand(heads, n))
@@ -335,7 +350,7 @@ def test_cpb_class_token_starts_as_an_ordinary_key(tiny):
     """At init a patch query gives the class token about the attention share of a patch (1/(N+1)); a prefix
     padded with 0 against cpb's ~8 between patches would hide it (e^-8 of a patch's share)."""
     m = tiny("cpb", class_token=True, global_pool="token")
-    bias = m.pos.attention(TRAIN)[0].bias.detach()  # (heads, 65, 65)
+    bias = m.pos.attn_pos(TRAIN)[0].bias.detach()  # (heads, 65, 65)
     share = bias[:, 1:].softmax(-1)[..., 0]  # (heads, 64): what each patch query gives the class token
     assert share.mean() == pytest.approx(1 / 65, rel=0.1)
     padded = bias.clone()
@@ -368,7 +383,7 @@ def test_peg_is_a_depthwise_conv_residual_after_block_0(tiny, grid, class_token)
     for i in range(1, pos.depth):
         assert pos.after_block(x, grid, i) is x
     assert pos.tokens(x, grid) is x
-    assert all(a.rope is None and a.bias is None for a in pos.attention(grid))
+    assert all(a.rope is None and a.bias is None for a in pos.attn_pos(grid))
 
 
 def test_peg_permuting_patches_changes_its_output_and_the_logits(tiny):
@@ -408,7 +423,7 @@ def test_peg_serves_new_grids_and_learns(tiny):
 
 def test_registry_has_the_new_schemes():
     assert {"rope2d-mixed", "cpb", "peg", "rope2d+learned", "rope2d+peg", "relbias+peg"} <= set(vitpos.POS_SCHEMES)
-    assert isinstance(POS_REGISTRY["rope2d+learned"], Composition)
+    assert issubclass(POS_REGISTRY["rope2d+learned"], ComposedPos)
 
 
 @pytest.mark.parametrize("grid", [TRAIN, (12, 10)])
@@ -424,7 +439,7 @@ def test_rope2d_plus_learned_has_both_parts(tiny, grid):
         torch.testing.assert_close(diff, learned.table_for(grid).expand_as(x), atol=1e-6, rtol=0)
     if grid == TRAIN:
         assert torch.equal(m.pos.tokens(x, grid) - x, (x + learned.table) - x)
-    for a, b in zip(m.pos.attention(grid), alone.attention(grid)):
+    for a, b in zip(m.pos.attn_pos(grid), alone.attn_pos(grid)):
         assert a.bias is None and a.logit_scale == b.logit_scale
         assert torch.equal(a.rope, b.rope)
     assert m.no_weight_decay() == {"pos.parts.learned.table"}
@@ -443,7 +458,7 @@ def test_composition_method_names_round_trip(tiny):
     with pytest.raises(ValueError, match="ntk\\+bicubic"):
         m.pos.method = "ntk"
     m.pos.method = "yarn+bicubic"
-    scale = m.pos.attention((16, 16))[0].logit_scale
+    scale = m.pos.attn_pos((16, 16))[0].logit_scale
     assert scale == pytest.approx((0.1 * math.log(2) + 1) ** 2)  # rope2d's temperature comes through
     r = tiny("relbias+peg")
     assert r.pos.methods == ("resize+conv", "clamp+conv", "geometric+conv")
@@ -453,7 +468,7 @@ def test_relbias_plus_peg_combines_bias_and_after_block(tiny):
     m = tiny("relbias+peg")
     relbias, peg = m.pos.parts["relbias"], m.pos.parts["peg"]
     grid = (6, 10)
-    for a, b in zip(m.pos.attention(grid), relbias.attention(grid)):
+    for a, b in zip(m.pos.attn_pos(grid), relbias.attn_pos(grid)):
         assert a.rope is None and torch.equal(a.bias, b.bias)
     x = torch.randn(1, 60, 32)
     torch.testing.assert_close(m.pos.after_block(x, grid, 0), peg.after_block(x, grid, 0), rtol=0, atol=0)
@@ -461,20 +476,20 @@ def test_relbias_plus_peg_combines_bias_and_after_block(tiny):
 
 
 def test_composition_merges_biases_and_rejects_two_ropes():
-    registry = {k: v for k, v in POS_REGISTRY.items() if isinstance(v, type)}
+    registry = {k: v for k, v in POS_REGISTRY.items() if "+" not in k}
     kw = dict(dim=32, num_heads=4, depth=2, grid=TRAIN)
-    both = Composition("relbias+cpb", registry)(**kw)
+    both = ComposedPos.of("relbias+cpb", registry)(**kw)
     for a, r, c in zip(
-        both.attention((5, 6)), both.parts["relbias"].attention((5, 6)), both.parts["cpb"].attention((5, 6))
+        both.attn_pos((5, 6)), both.parts["relbias"].attn_pos((5, 6)), both.parts["cpb"].attn_pos((5, 6))
     ):
         torch.testing.assert_close(a.bias, r.bias + c.bias, rtol=0, atol=0)
     with pytest.raises(ValueError, match="one part"):
-        Composition("rope2d+rope2d-mixed", registry)(**kw).attention(TRAIN)
-    a = merge_attention([vitpos.pos.AttnPos(logit_scale=2.0), vitpos.pos.AttnPos(logit_scale=1.5)])
+        ComposedPos.of("rope2d+rope2d-mixed", registry)(**kw).attn_pos(TRAIN)
+    a = merge_attn_pos([vitpos.pos.AttnPos(logit_scale=2.0), vitpos.pos.AttnPos(logit_scale=1.5)])
     assert a.logit_scale == 3.0 and a.rope is None and a.bias is None
     for bad in ("rope2d+rope2d", "rope2d", "rope2d+bogus"):
         with pytest.raises(ValueError):
-            Composition(bad, registry)
+            ComposedPos.of(bad, registry)
 
 
 def test_composition_routes_part_kwargs(tiny):

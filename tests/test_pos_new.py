@@ -21,11 +21,11 @@ import torch
 from helpers import TRAIN  # noqa: E402
 
 import vitpos
-from vitpos.lit import param_groups
+from vitpos.optim import param_groups
 from vitpos.pos import POS_REGISTRY
 from vitpos.pos.alibi2d import alibi_slopes
 from vitpos.pos.base import rotate, rotate_blocks
-from vitpos.pos.compose import Composition
+from vitpos.pos.compose import ComposedPos
 from vitpos.pos.liere import SkewExp, skew_exp_series, skew_from_coefficients
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -84,7 +84,7 @@ def test_alibi2d_bias_formula_and_offset_only(tiny, grid, method):
     dist = torch.sqrt(dy.double() ** 2 + dx.double() ** 2)
     heads = m.pos.num_heads
     expect = torch.stack([-(2.0 ** (-8 * h / heads)) * dist for h in range(1, heads + 1)]).float()
-    attn = m.pos.attention(grid)
+    attn = m.pos.attn_pos(grid)
     assert len(attn) == m.pos.depth and all(a.rope is None and a.rotation is None for a in attn)
     for a in attn:
         torch.testing.assert_close(a.bias, expect, **FP32)
@@ -98,12 +98,12 @@ def test_alibi2d_bias_formula_and_offset_only(tiny, grid, method):
 
 def test_alibi2d_extrapolate_keeps_the_trained_reach_and_scaled_keeps_the_trained_span(tiny):
     m = tiny("alibi2d")
-    train = m.pos.attention(TRAIN)[0].bias
-    big = m.pos.attention((16, 16))[0].bias
+    train = m.pos.attn_pos(TRAIN)[0].bias
+    big = m.pos.attn_pos((16, 16))[0].bias
     inner = (torch.arange(8)[:, None] * 16 + torch.arange(8)[None, :]).flatten()  # the top-left 8x8 tokens
     torch.testing.assert_close(big[:, inner][:, :, inner], train, **EXACT)
     m.pos.method = "scaled"
-    big = m.pos.attention((16, 16))[0].bias
+    big = m.pos.attn_pos((16, 16))[0].bias
     even = (torch.arange(0, 16, 2)[:, None] * 16 + torch.arange(0, 16, 2)[None, :]).flatten()
     torch.testing.assert_close(big[:, even][:, :, even], train, **FP32)  # token (2i, 2j) stands where (i, j) did
 
@@ -136,7 +136,7 @@ def test_lookhere_heads_see_their_field_of_view_with_a_distance_penalty(tiny, fo
     centres = FIELD_CENTRES[fov]
     dy, dx = offsets(grid)
     dist = torch.sqrt(dy.double() ** 2 + dx.double() ** 2)
-    for layer, (a, layer_slope) in enumerate(zip(m.pos.attention(grid), [0.5, 1.25, 2.0])):
+    for layer, (a, layer_slope) in enumerate(zip(m.pos.attn_pos(grid), [0.5, 1.25, 2.0])):
         assert a.bias.shape == (16, grid[0] * grid[1], grid[0] * grid[1])
         assert torch.isfinite(a.bias.diagonal(dim1=-2, dim2=-1)).all()  # a query always sees itself
         assert_offset_only(a.bias, grid)
@@ -152,7 +152,7 @@ def test_lookhere_tells_left_from_right_where_alibi2d_cannot(tiny):
     """Mirroring the grid left-right swaps the left- and right-looking heads (180 degrees: heads 2 and 3)."""
     grid = (6, 8)
     mir = mirror_lr(grid)
-    bias = tiny("lookhere").pos.attention(grid)[0].bias  # 4 heads: up, down, left, right
+    bias = tiny("lookhere").pos.attn_pos(grid)[0].bias  # 4 heads: up, down, left, right
     mirrored = bias[:, mir][:, :, mir]
     assert not torch.equal(mirrored, bias)
     torch.testing.assert_close(mirrored, bias[[0, 1, 3, 2]], **EXACT)
@@ -164,7 +164,7 @@ def test_lookhere_class_token_rows_and_cols_are_zero_and_no_row_is_fully_masked(
     m.pos.method = method
     for grid in [TRAIN, (12, 10), (4, 5)]:
         n = grid[0] * grid[1]
-        for a in m.pos.attention(grid):
+        for a in m.pos.attn_pos(grid):
             assert a.bias.shape == (m.pos.num_heads, n + 1, n + 1)
             assert (a.bias[:, 0] == 0).all() and (a.bias[:, :, 0] == 0).all()
             assert torch.isfinite(a.bias.diagonal(dim1=-2, dim2=-1)).all()
@@ -172,9 +172,9 @@ def test_lookhere_class_token_rows_and_cols_are_zero_and_no_row_is_fully_masked(
 
 def test_lookhere_scaled_method_and_bad_options(tiny):
     m = tiny("lookhere")
-    train = m.pos.attention(TRAIN)[0].bias
+    train = m.pos.attn_pos(TRAIN)[0].bias
     m.pos.method = "scaled"
-    big = m.pos.attention((16, 16))[0].bias
+    big = m.pos.attn_pos((16, 16))[0].bias
     even = (torch.arange(0, 16, 2)[:, None] * 16 + torch.arange(0, 16, 2)[None, :]).flatten()
     torch.testing.assert_close(big[:, even][:, :, even], train, **FP32)
     for bad in ({"fov": 60}, {"global_slope": -1.0}, {"layer_slopes": (1.0, -0.5)}):
@@ -186,7 +186,7 @@ def test_bias_schemes_keep_a_fixed_bias_out_of_the_learned_path(tiny):
     """No parameters: the bias needs no gradient, so attention hands SDPA a fixed 4-D mask (the fused kernel)."""
     for name in ("alibi2d", "lookhere", "alibi2d+peg"):
         m = tiny(name).train()
-        assert all(not a.bias.requires_grad for a in m.pos.attention(TRAIN))
+        assert all(not a.bias.requires_grad for a in m.pos.attn_pos(TRAIN))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,7 +213,7 @@ def test_rope2d_norm_coordinates_and_angles_follow_dinov3(tiny, normalize, grid)
         assert c.max(0).values.tolist() == pytest.approx([1 - 1 / grid[0], 1 - 1 / grid[1]])
     periods = 100.0 ** (2 * torch.arange(4) / 8)  # DINOv3: base^(2k / (D_head/2)), D_head/4 periods
     angles = 2 * math.pi * c[:, :, None] / periods  # (N, 2, d/4): row pairs first, then column pairs
-    rot = m.pos.attention(grid)[0].rope
+    rot = m.pos.attn_pos(grid)[0].rope
     assert rot.dtype == torch.float32 and rot.shape == (grid[0] * grid[1], 8, 2)
     torch.testing.assert_close(rot[..., 0], angles.flatten(1).cos(), **FP32)
     torch.testing.assert_close(rot[..., 1], angles.flatten(1).sin(), **FP32)
@@ -257,10 +257,10 @@ def test_rope2d_norm_augments_only_in_training_with_dinov3_ranges(tiny):
     # training: a fresh draw every forward, never from the cache, reproducible from the seed
     m.train()
     torch.manual_seed(3)
-    a = m.pos.attention(TRAIN)[0].rope
-    b = m.pos.attention(TRAIN)[0].rope
+    a = m.pos.attn_pos(TRAIN)[0].rope
+    b = m.pos.attn_pos(TRAIN)[0].rope
     torch.manual_seed(3)
-    assert not torch.equal(a, b) and torch.equal(m.pos.attention(TRAIN)[0].rope, a)
+    assert not torch.equal(a, b) and torch.equal(m.pos.attn_pos(TRAIN)[0].rope, a)
 
 
 def test_rope2d_norm_shift_and_jitter(tiny):
@@ -305,10 +305,10 @@ def test_rope2d_norm_is_relative_in_evaluation(tiny, method):
     m = tiny("rope2d-norm", embed_dim=64).eval()
     m.pos.method = method
     grid = (12, 12) if method == "normalized" else (13, 15)
-    rope = m.pos.attention(grid)[0].rope
+    rope = m.pos.attn_pos(grid)[0].rope
     small = TRAIN
     # normalized: within one grid, shifting both tokens; extrapolate: into a larger grid, spacing kept
-    ref = m.pos.attention(small)[0].rope if method == "extrapolate" else rope[
+    ref = m.pos.attn_pos(small)[0].rope if method == "extrapolate" else rope[
         (torch.arange(8)[:, None] * 12 + torch.arange(8)[None, :]).flatten()]  # fmt: skip
     here, there, plain = shifted_logits(ref, rope, small, grid, (3, 4))
     torch.testing.assert_close(there, here, **LOGIT)
@@ -319,19 +319,19 @@ def test_rope2d_norm_angles_stay_fp32_under_bf16_autocast(tiny):
     m = tiny("rope2d-norm", pos_kwargs={"base": 10000.0}).eval()
     grid = (40, 40)
     m.pos.method = "extrapolate"  # coordinates up to 9, where bf16 (8 bits of mantissa) is off by 1/32
-    ref = m.pos.attention(grid)[0].rope
+    ref = m.pos.attn_pos(grid)[0].rope
     m.pos._cache.clear()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        rope = m.pos.attention(grid)[0].rope
+        rope = m.pos.attn_pos(grid)[0].rope
         out = m(torch.randn(1, 3, 160, 160))
     assert out.dtype == torch.bfloat16 and rope.dtype == torch.float32
     torch.testing.assert_close(rope, ref, **EXACT)
     m.pos.train()
     torch.manual_seed(0)
-    ref = m.pos.attention(grid)[0].rope
+    ref = m.pos.attn_pos(grid)[0].rope
     torch.manual_seed(0)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        torch.testing.assert_close(m.pos.attention(grid)[0].rope, ref, **EXACT)  # augmented, too
+        torch.testing.assert_close(m.pos.attn_pos(grid)[0].rope, ref, **EXACT)  # augmented, too
 
 
 # ---------------------------------------------------------------------------------------------
@@ -392,7 +392,7 @@ def test_liere_rotations_are_orthogonal_exponentials_of_the_generators(tiny, blo
     assert m.pos.block_size == b
     assert m.pos.generators.shape == (2, 4, 2, 8 // b, b * (b - 1) // 2)
     assert m.pos.generators.min() >= 0 and m.pos.generators.max() < 2 * math.pi  # LieRE's U[0, 2 pi) init
-    for layer, a in enumerate(m.pos.attention(grid)):
+    for layer, a in enumerate(m.pos.attn_pos(grid)):
         r = a.rotation
         assert a.rope is None and a.bias is None and r.dtype == torch.float32
         assert r.shape == (4, grid[0] * grid[1], 8 // b, b, b)
@@ -415,13 +415,13 @@ def test_liere_block_2_is_rope_mixed(tiny):
     angle = -(ys[None, :, None] / 7 * g[:, None, 0] + xs[None, :, None] / 7 * g[:, None, 1])  # (heads, N, d/2)
     rope = torch.stack([angle.cos(), angle.sin()], dim=-1)
     x = torch.randn(3, 4, 42, 8)
-    torch.testing.assert_close(rotate_blocks(x, m.pos.attention(grid)[0].rotation), rotate(x, rope), **FP32)
+    torch.testing.assert_close(rotate_blocks(x, m.pos.attn_pos(grid)[0].rotation), rotate(x, rope), **FP32)
 
 
 def liere_shift_gap(m, small, big, shift, row0=False):
     """max |logit(p, r) - logit(p + shift, r + shift)| over random pairs and heads of block 0."""
-    rot_small = m.pos.attention(small)[0].rotation  # (heads, N, K, b, b)
-    rot_big = rot_small if big == small else m.pos.attention(big)[0].rotation
+    rot_small = m.pos.attn_pos(small)[0].rotation  # (heads, N, K, b, b)
+    rot_big = rot_small if big == small else m.pos.attn_pos(big)[0].rotation
     heads, n, d = m.pos.num_heads, 256, m.pos.head_dim
     q, k = torch.randn(1, heads, n, d), torch.randn(1, heads, n, d)
     y1, y2 = torch.zeros(2, n, dtype=torch.long) if row0 else torch.randint(0, small[0] - shift[0], (2, n))
@@ -461,11 +461,11 @@ def test_liere_dense_is_not_relative_in_2d_but_is_along_a_line_through_the_origi
 
 def test_liere_transfer_methods(tiny):
     m = tiny("liere").eval()
-    train = m.pos.attention(TRAIN)[0].rotation
+    train = m.pos.attn_pos(TRAIN)[0].rotation
     inner = (torch.arange(8)[:, None] * 16 + torch.arange(8)[None, :]).flatten()
-    torch.testing.assert_close(m.pos.attention((16, 16))[0].rotation[:, inner], train, **FP32)  # extrapolate
+    torch.testing.assert_close(m.pos.attn_pos((16, 16))[0].rotation[:, inner], train, **FP32)  # extrapolate
     m.pos.method = "interpolate"  # the 15x15 grid squeezed onto [0, 1]: token (2i, 2j) sits where (i, j) did
-    big = m.pos.attention((15, 15))[0].rotation
+    big = m.pos.attn_pos((15, 15))[0].rotation
     even = (torch.arange(0, 15, 2)[:, None] * 15 + torch.arange(0, 15, 2)[None, :]).flatten()
     torch.testing.assert_close(big[:, even], train, **FP32)
     torch.testing.assert_close(big.detach().double(), liere_by_hand(m.pos, 0, (15, 15), (15, 15)), **FP32)
@@ -473,7 +473,7 @@ def test_liere_transfer_methods(tiny):
 
 def test_liere_class_token_gets_the_identity_and_generators_learn_without_decay(tiny):
     m = tiny("liere", class_token=True, global_pool="token")
-    for a in m.pos.attention((6, 9)):
+    for a in m.pos.attn_pos((6, 9)):
         assert a.rotation.shape == (4, 55, 1, 8, 8)
         assert torch.equal(a.rotation[:, 0], torch.eye(8).expand(4, 1, 8, 8))
     m.train()
@@ -487,9 +487,9 @@ def test_liere_class_token_gets_the_identity_and_generators_learn_without_decay(
 
 def test_liere_rotation_stays_fp32_under_bf16_and_rejects_bad_blocks(tiny):
     m = tiny("liere").train()
-    ref = m.pos.attention((10, 10))[0].rotation
+    ref = m.pos.attn_pos((10, 10))[0].rotation
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        rot = m.pos.attention((10, 10))[0].rotation
+        rot = m.pos.attn_pos((10, 10))[0].rotation
         out = m(torch.randn(1, 3, 40, 40))
     assert rot.dtype == torch.float32 and out.dtype == torch.bfloat16
     torch.testing.assert_close(rot, ref, **EXACT)
@@ -501,14 +501,14 @@ def test_liere_rotation_stays_fp32_under_bf16_and_rejects_bad_blocks(tiny):
 def test_compositions_of_the_new_schemes(tiny):
     m = tiny("alibi2d+peg")
     assert m.pos.methods == ("extrapolate+conv", "scaled+conv")
-    for a, b in zip(m.pos.attention((6, 10)), m.pos.parts["alibi2d"].attention((6, 10))):
+    for a, b in zip(m.pos.attn_pos((6, 10)), m.pos.parts["alibi2d"].attn_pos((6, 10))):
         assert torch.equal(a.bias, b.bias) and a.rotation is None
-    registry = {k: v for k, v in POS_REGISTRY.items() if isinstance(v, type)}
+    registry = {k: v for k, v in POS_REGISTRY.items() if "+" not in k}
     kw = dict(dim=32, num_heads=4, depth=2, grid=TRAIN)
     with pytest.raises(ValueError, match="one part"):  # two q/k rotations cannot both apply
-        Composition("liere+rope2d", registry)(**kw).attention(TRAIN)
-    both = Composition("lookhere+liere", registry)(**kw)  # a bias and a block rotation combine
-    a = both.attention(TRAIN)[0]
+        ComposedPos.of("liere+rope2d", registry)(**kw).attn_pos(TRAIN)
+    both = ComposedPos.of("lookhere+liere", registry)(**kw)  # a bias and a block rotation combine
+    a = both.attn_pos(TRAIN)[0]
     assert a.bias is not None and a.rotation is not None
     assert {"alibi2d", "lookhere", "rope2d-norm", "liere", "alibi2d+peg"} <= set(vitpos.POS_SCHEMES)
 

@@ -15,7 +15,9 @@ from vitpos.checkpoint import load_checkpoint, model_from_checkpoint
 from vitpos.cli import build_parser, config_from_args
 from vitpos.config import Config, ConfigError
 from vitpos.data import build_datamodule
-from vitpos.lit import LitViT, model_from_config, param_groups
+from vitpos.lit import LitViT
+from vitpos.model import model_from_config
+from vitpos.optim import param_groups
 from vitpos.pos.rope2d import Rope2dPos
 from vitpos.stems import ConvStem
 from vitpos.training import main

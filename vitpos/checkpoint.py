@@ -21,8 +21,11 @@ from typing import Any
 
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from torch import Tensor
 
 from .config import Config, ConfigError
+from .model import ViT, model_from_config
+from .optim import param_groups
 
 # 1 (no "vitpos_format" key): RoPE pairs were (x[j], x[j + d/2]) ("rotate-half").
 # 2: RoPE pairs are (x[2j], x[2j+1]) (interleaved, one complex multiply).
@@ -60,28 +63,30 @@ def upgrade_checkpoint(ckpt: dict[str, Any], path: str | Path = "checkpoint") ->
     fmt = int(ckpt.get("vitpos_format", 1))
     if fmt > FORMAT:
         raise ConfigError(f"{path} was written by a newer vitpos (checkpoint format {fmt}, this one reads <= {FORMAT})")
-    if fmt < 2:
-        _interleave_rope_pairs(ckpt)
-    if fmt < 3:
-        _add_format3_fields(ckpt)
+    if fmt < FORMAT:
+        # A freshly built model of the saved config gives the current parameter names, shapes and optimizer layout.
+        reference = model_from_config(config_from_checkpoint(ckpt))
+        if fmt < 2:
+            interleave_rope_pairs(ckpt["state_dict"], ckpt.get("optimizer_states", []), reference)
+        if fmt < 3:
+            add_format3_fields(ckpt["state_dict"], ckpt["hyper_parameters"]["config"], reference)
     ckpt["vitpos_format"] = FORMAT
     return ckpt
 
 
-def _interleave_rope_pairs(ckpt: dict[str, Any]) -> None:
-    """Format 1 -> 2: reorder the q and k rows of every qkv projection (and their AdamW moments).
+def interleave_rope_pairs(state: dict[str, Tensor], optimizer_states: list[dict[str, Any]], reference: ViT) -> None:
+    """Format 1 -> 2: reorder the q and k rows of every qkv projection in ``state`` (and their AdamW moments).
 
     A logit is a dot product of rotated q and k, so permuting the head dims of both the same way
     changes nothing; moving row j + d/2 next to row j turns the old rotate-half pairs into
     interleaved ones with the same angles, and the model computes exactly what it did.
+    ``reference`` (a model of the same config) says whether anything is rotated and how the optimizer
+    groups are laid out.
     """
-    from .lit import model_from_config, param_groups  # local: lit imports Lightning's heavier modules
-
-    model = model_from_config(config_from_checkpoint(ckpt))
     with torch.no_grad():
-        if model.pos.attention(model.grid)[0].rope is None:
+        if reference.pos.attn_pos(reference.grid)[0].rope is None:
             return  # nothing is rotated: nothing to move
-    heads, d = model.pos.num_heads, model.pos.head_dim
+    heads, d = reference.pos.num_heads, reference.pos.head_dim
     half = torch.arange(d // 2)
     pair_order = torch.stack([half, half + d // 2], dim=-1).flatten()  # new row 2j <- old j, 2j+1 <- old j + d/2
     rows = torch.arange(3 * heads * d).view(3, heads, d)
@@ -89,13 +94,13 @@ def _interleave_rope_pairs(ckpt: dict[str, Any]) -> None:
     rows = rows.flatten()
     qkv = re.compile(r"blocks\.\d+\.attn\.qkv\.(weight|bias)$")
 
-    state = ckpt["state_dict"]
     for name in [n for n in state if n.startswith("model.") and qkv.search(n)]:
         state[name] = state[name][rows]
-    # Lightning's optimizer state is indexed by parameter position across the groups vitpos builds.
-    name_of = {id(p): n for n, p in model.named_parameters()}
-    names = [name_of[id(p)] for g in param_groups(model, 0.0, 1.0) for p in g["params"]]
-    for opt in ckpt.get("optimizer_states", []):
+    # Lightning's optimizer state is indexed by parameter position across the groups vitpos builds
+    # (format 1 had no pos_lr_scale, so the plain layout).
+    name_of = {id(p): n for n, p in reference.named_parameters()}
+    names = [name_of[id(p)] for g in param_groups(reference, 0.0, 1.0) for p in g["params"]]
+    for opt in optimizer_states:
         for index, moments in opt.get("state", {}).items():
             if index < len(names) and qkv.search(names[index]):
                 for key, value in moments.items():
@@ -103,35 +108,30 @@ def _interleave_rope_pairs(ckpt: dict[str, Any]) -> None:
                         moments[key] = value[rows]
 
 
-def _add_format3_fields(ckpt: dict[str, Any]) -> None:
+def add_format3_fields(state: dict[str, Tensor], config: dict[str, Any], reference: ViT) -> None:
     """Format 2 -> 3: the settings and parameters that did not exist take the values that reproduce the old
-    run: ``pos_lr_scale`` 1 (so a resumed run keeps its optimizer layout) and a class-token bias of 0
-    (the zero padding that stood in its place)."""
-    from .lit import model_from_config  # local: lit imports Lightning's heavier modules
-
-    optim = ckpt["hyper_parameters"]["config"].setdefault("optim", {})
-    optim.setdefault("pos_lr_scale", 1.0)
-    state = ckpt["state_dict"]
-    for name, value in model_from_config(config_from_checkpoint(ckpt)).state_dict().items():
+    run: ``pos_lr_scale`` 1 in ``config`` (so a resumed run keeps its optimizer layout) and, in ``state``, a
+    class-token bias of 0 (the zero padding that stood in its place) wherever ``reference`` has one."""
+    config.setdefault("optim", {}).setdefault("pos_lr_scale", 1.0)
+    for name, value in reference.state_dict().items():
         if name.endswith("prefix_bias") and f"model.{name}" not in state:
             state[f"model.{name}"] = torch.zeros_like(value)
 
 
 def config_from_checkpoint(ckpt: dict[str, Any]) -> Config:
+    """The saved run config of a loaded checkpoint dict."""
     return Config.from_dict(ckpt["hyper_parameters"]["config"])
 
 
 EMA_PREFIX = "ema.module."  # where LitViT keeps the moving average of the weights (``--ema``)
 
 
-def model_from_checkpoint(path: str | Path, weights: str = "auto"):
+def model_from_checkpoint(path: str | Path, weights: str = "auto") -> tuple[Config, ViT]:
     """(config, ViT with the trained weights, in eval mode) from a checkpoint file.
 
     ``weights``: "ema" (the moving average, if the run kept one), "raw" (the optimised weights),
     or "auto": the EMA weights when present, since those are what the run evaluated.
     """
-    from .lit import model_from_config  # local: lit imports Lightning's heavier modules
-
     if weights not in ("auto", "ema", "raw"):
         raise ConfigError(f"weights must be auto, ema or raw, got '{weights}'")
     ckpt = load_checkpoint(path)
@@ -146,7 +146,7 @@ def model_from_checkpoint(path: str | Path, weights: str = "auto"):
     return cfg, model.eval()
 
 
-def load_model(path: str | Path):
+def load_model(path: str | Path) -> ViT:
     """The ViT stored in a vitpos checkpoint, in eval mode; read without unpickling code."""
     return model_from_checkpoint(path)[1]
 

@@ -18,8 +18,10 @@ from .config import Config, ConfigError, apply_preset, check, choices_of, coerce
 _SECTION_TITLES = {"model": "model", "data": "data", "optim": "optimisation", "trainer": "trainer"}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line and exit 2, as for every other bad input
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line and exit 2, as for every other bad input (every vitpos command)."""
+
+    def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
@@ -72,7 +74,7 @@ def _add_field(group, f: dataclasses.Field, tp: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog="train.py",
         description="Train a ViT with a chosen patch-position scheme (defaults: the embedded `shapes` set, CPU).",
         argument_default=argparse.SUPPRESS,

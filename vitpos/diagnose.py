@@ -10,9 +10,9 @@ Each picture is drawn only for schemes that use its hook, detected generically t
 * ``position_similarity.png`` (``tokens`` adds something: learned, sincos2d, compositions with
   them): each position's cosine similarity to every other, an h x w grid of h x w maps (the ViT
   paper's figure);
-* ``bias_centre_query.png`` (``attention`` returns a ``bias``: relbias, cpb, ...): the logit bias
+* ``bias_centre_query.png`` (``pos.attn_pos`` returns a ``bias``: relbias, cpb, ...): the logit bias
   the centre query gives every key, per head, first and last block;
-* ``rope_kernel.png`` (``attention`` returns a ``rope``): the rotated q.k for q = k = all ones, per
+* ``rope_kernel.png`` (``pos.attn_pos`` returns a ``rope``): the rotated q.k for q = k = all ones, per
   head, as a function of the key's offset (dy, dx) from the centre query (first block);
 * ``attention_distance.png`` (every scheme): mean attention distance (patch units) per layer and
   head on the checkpoint's validation images.
@@ -21,8 +21,8 @@ Each picture is drawn only for schemes that use its hook, detected generically t
 ``--num-images`` validation images as they are and with their patches permuted (one fixed
 permutation for all). A model blind to position (``none`` + patch stem) scores the same on both.
 
-Attention weights are recomputed from the inputs of each block's ``Attention`` (hooked), as
-softmax(q k^T * scale + bias) with the rope rotation applied: the model's forward is untouched.
+Attention weights are recomputed from the inputs of each block's ``Attention`` (hooked) by that layer's
+own ``weights`` (its q/k projection, rotation, scale and bias, unfused): the model's forward is untouched.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from einops import rearrange
 from torch import Tensor
 from torch.utils.data import DataLoader, Subset
 
+from .cli import OneLineParser
 from .config import ConfigError
 from .model import Attention, ViT
 from .pos.base import AttnPos, Grid, grid_coords, turn_qk
@@ -60,7 +61,7 @@ def additive_embedding(model: ViT, grid: Grid | None = None) -> Tensor | None:
 
 @torch.no_grad()
 def attention_pos(model: ViT, grid: Grid | None = None) -> list[AttnPos]:
-    return model.pos.attention(grid or model.grid, torch.device("cpu"))
+    return model.pos.attn_pos(grid or model.grid, torch.device("cpu"))
 
 
 def position_similarity(emb: Tensor) -> Tensor:
@@ -106,13 +107,8 @@ def rope_kernel(model: ViT, grid: Grid | None = None, block: int = 0) -> Tensor 
 
 # -- attention maps, recomputed -------------------------------------------------------------------
 def recompute_attention(attn: Attention, x: Tensor, pos: AttnPos) -> Tensor:
-    """(B, heads, N, N) softmax weights of ``attn`` on its input ``x`` (B, N, D), as its forward computes them."""
-    q, k, _ = rearrange(attn.qkv(x), "b n (three h d) -> three b h n d", three=3, h=attn.num_heads)
-    q, k = turn_qk(q, k, pos)
-    logits = (q @ k.transpose(-1, -2)) * (pos.logit_scale * attn.head_dim**-0.5)
-    if pos.bias is not None:
-        logits = logits + pos.bias.to(logits.dtype)
-    return logits.softmax(dim=-1)
+    """(B, heads, N, N) softmax weights of ``attn`` on its input ``x`` (B, N, D), from the layer's own path."""
+    return attn.weights(x, pos)
 
 
 @torch.no_grad()
@@ -398,13 +394,10 @@ def report(summary: dict[str, Any]) -> str:
 
 
 # -- command line ---------------------------------------------------------------------------------
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, like every other bad input
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m vitpos.diagnose", description="Pictures and numbers on one checkpoint's positions.")
+    p = OneLineParser(
+        prog="python -m vitpos.diagnose", description="Pictures and numbers on one checkpoint's positions."
+    )
     p.add_argument("--ckpt", required=True, metavar="FILE", help="checkpoint to diagnose")
     p.add_argument("--out", metavar="DIR", help="folder for the PNGs and diagnostics.json (default: RUN/diagnostics/ "
                    "for RUN/checkpoints/last.ckpt, RUN/diagnostics-<stem>/ for another checkpoint of RUN)")  # fmt: skip

@@ -20,7 +20,6 @@ import argparse
 import csv
 import io
 import json
-import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
@@ -30,44 +29,19 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
+from .cli import OneLineParser
 from .config import Config, ConfigError
 from .model import ViT
+from .resolution import Resolution, parse_resolution, resolution_label, to_hw
 
-Resolution = int | tuple[int, int]
 RESULT_FILES = ("resolution.json", "resolution.csv", "resolution.md", "resolution.png")
 
 
 # -- inputs ---------------------------------------------------------------------------------------
-def parse_resolution(text: str | int | Sequence[int]) -> Resolution:
-    """'32' -> 32, '24x48' -> (24, 48) (height x width), (H, H) -> H; anything else is a ConfigError."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        hw = (text, text)
-    elif isinstance(text, str) and re.fullmatch(r"\s*-?\d+\s*", text):
-        hw = (int(text), int(text))
-    elif isinstance(text, str) and re.fullmatch(r"\s*-?\d+\s*[xX]\s*-?\d+\s*", text):
-        h, w = re.split(r"[xX]", text)
-        hw = (int(h), int(w))
-    elif isinstance(text, tuple | list) and len(text) == 2 and all(isinstance(v, int) for v in text):
-        hw = (int(text[0]), int(text[1]))
-    else:
-        raise ConfigError(f"resolution must be an integer R or HxW (e.g. 32 or 24x48), got {text!r}")
-    if hw[0] <= 0 or hw[1] <= 0:
-        raise ConfigError(f"resolution must be positive, got {text!r}")
-    return hw[0] if hw[0] == hw[1] else hw
-
-
-def to_hw(resolution: Resolution) -> tuple[int, int]:
-    return (resolution, resolution) if isinstance(resolution, int) else (int(resolution[0]), int(resolution[1]))
-
-
-def resolution_label(resolution: Resolution) -> str:
-    h, w = to_hw(resolution)
-    return str(h) if h == w else f"{h}x{w}"
-
-
 @dataclass
 class EvalData:
     """Overrides of the checkpoint's data config for evaluation; None keeps the checkpoint's value."""
@@ -185,16 +159,11 @@ def evaluate_model(
 
 
 # -- the sweep ------------------------------------------------------------------------------------
+# Only rank 0 speaks and writes: Lightning's rank_zero_only reads the launcher's rank from the environment
+# until a Trainer launches, and the global rank after.
+@rank_zero_only
 def _note(msg: str) -> None:
-    if _rank() == 0:
-        print(f"vitpos.evaluate: {msg}", file=sys.stderr, flush=True)
-
-
-def _rank() -> int:
-    for var in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
-        if var in os.environ:
-            return int(os.environ[var])
-    return 0
+    print(f"vitpos.evaluate: {msg}", file=sys.stderr, flush=True)
 
 
 def _eval_config(cfg: Config, data: EvalData) -> Config:
@@ -386,7 +355,7 @@ def markdown_table(records: list[dict[str, Any]]) -> str:
     trains = {r["train_resolution"] for r in records}
 
     def head(hw: tuple[int, int]) -> str:
-        lab = f"{hw[0]}" if hw[0] == hw[1] else f"{hw[0]}x{hw[1]}"
+        lab = resolution_label(hw)
         return f"{lab} (train)" if hw[0] == hw[1] and hw[0] in trains else lab
 
     rows: dict[tuple[str, str], dict] = {}
@@ -443,7 +412,7 @@ def plot(records: list[dict[str, Any]], ax=None):
         ax.annotate(f"train {t}", (t, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -12),
                     textcoords="offset points", fontsize=8, color="0.3")  # fmt: skip
     cols = _sorted_resolutions(records)
-    ax.set_xticks([(h * w) ** 0.5 for h, w in cols], [str(h) if h == w else f"{h}x{w}" for h, w in cols])
+    ax.set_xticks([(h * w) ** 0.5 for h, w in cols], [resolution_label(hw) for hw in cols])
     ax.set_ylim(0, 100)
     ax.set_xlabel("test resolution (px)")
     ax.set_ylabel("top-1 (%)")
@@ -535,28 +504,23 @@ def sweep_and_write(
         out = default_out(ckpt_paths[0])
     else:  # a pretrained model has no run folder: runs/<its name>-resolution
         out = Path("runs") / f"{re.sub(r'[^A-Za-z0-9._-]+', '-', Path(init_from[0]).stem)}-resolution"
-    if _rank() == 0:
+    if rank_zero_only.rank == 0:
         check_out(out, overwrite)
     records = sweep(ckpt_paths, resolutions, methods=methods, data=data, trainer_kwargs=trainer_kwargs,
                     init_from=init_from, init_arch=init_arch)  # fmt: skip
-    if _rank() == 0:
+    if rank_zero_only.rank == 0:
         write_results(records, out)
         _note(f"{len(records)} results in {out}/resolution.{{json,csv,md,png}}")
     return records
 
 
 # -- command line ---------------------------------------------------------------------------------
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, like every other bad input
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     from .config import ACCELERATORS, PRECISIONS, data_names, strategy_names
     from .pos import POS_REGISTRY
 
     methods = ", ".join(dict.fromkeys(m for cls in POS_REGISTRY.values() for m in cls.methods))
-    p = _Parser(
+    p = OneLineParser(
         prog="python -m vitpos.evaluate",
         description="Evaluate checkpoints at other resolutions with every resolution-transfer method of their scheme.",
     )
@@ -636,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"vitpos.evaluate: error: {e}", file=sys.stderr)
         return 2
-    if _rank() == 0:
+    if rank_zero_only.rank == 0:
         print(markdown_table(records), end="")
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         # Tear the process group down here rather than in interpreter shutdown, where its threads can still be

@@ -29,8 +29,10 @@ import torch
 from torch import Tensor, nn
 from torch.export import Dim, ExportedProgram
 
+from .cli import OneLineParser
 from .config import ConfigError
 from .model import ViT
+from .resolution import parse_resolution, resolution_label, to_hw
 
 RTOL = 1e-4  # accepted max |exported - eager| / max |eager| of the logits
 MAX_GRID = 512  # largest token grid side a dynamic export accepts (8192 px at patch 16)
@@ -189,13 +191,9 @@ def check_onnx(path: str | Path, model: ViT, sizes: Sequence[tuple[int, int]]) -
             out = torch.from_numpy(session.run(None, {name: x.numpy()})[0])
             with torch.no_grad():
                 ref = model(x)
-            label = _label(hw)
+            label = resolution_label(hw)
             result[label] = max(result.get(label, 0.0), relative_difference(out, ref))
     return result
-
-
-def _label(hw: tuple[int, int]) -> str:
-    return str(hw[0]) if hw[0] == hw[1] else f"{hw[0]}x{hw[1]}"
 
 
 def export_onnx(
@@ -236,9 +234,9 @@ def export_onnx(
             report.checked = check_onnx(out, model, sizes)
         return report
     for hw in dict.fromkeys(map(tuple, resolutions or [train_size(model)])):
-        path = out.with_name(f"{out.stem}_{_label(hw)}{out.suffix or '.onnx'}")
+        path = out.with_name(f"{out.stem}_{resolution_label(hw)}{out.suffix or '.onnx'}")
         write_onnx(export_program(model, dynamic=False, size=hw), path)
-        report.files[_label(hw)] = path
+        report.files[resolution_label(hw)] = path
         if check:
             report.checked |= check_onnx(path, model, [hw])
     return report
@@ -257,13 +255,8 @@ def _scheme(model: ViT) -> str:
 # -- command line ---------------------------------------------------------------------------------------
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, like every other bad input
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog="python -m vitpos.export",
         description="Export a vitpos checkpoint to ONNX with dynamic batch, height and width, checked with "
         "onnxruntime against vitpos.",
@@ -306,7 +299,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         from . import load_model
-        from .evaluate import parse_resolution, to_hw
 
         resolutions = [to_hw(parse_resolution(r)) for r in args.resolution]
         model = load_model(args.ckpt)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Any
 
@@ -11,67 +10,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from timm.data import Mixup
+from timm.loss import SoftTargetCrossEntropy
 from timm.utils import ModelEmaV3
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from .checkpoint import FORMAT
 from .config import Config
-from .model import ViT, create_model
-
-
-def model_from_config(cfg: Config) -> ViT:
-    """The ViT a config describes (the single place config fields become model kwargs)."""
-    m = cfg.model
-    return create_model(
-        m.pos,
-        stem=m.stem,
-        img_size=m.img_size,
-        patch_size=m.patch_size,
-        num_classes=m.num_classes,
-        embed_dim=m.embed_dim,
-        depth=m.depth,
-        num_heads=m.num_heads,
-        mlp_ratio=m.mlp_ratio,
-        in_chans=m.in_chans,
-        class_token=m.class_token,
-        global_pool=m.global_pool,
-        drop_path_rate=m.drop_path_rate,
-        layer_scale_init=m.layer_scale_init,
-        pos_kwargs=m.pos_kwargs,
-        fc_norm=m.fc_norm,
-        qkv_bias=m.qkv_bias,
-        norm_eps=m.norm_eps,
-    )
-
-
-def param_groups(model: nn.Module, weight_decay: float, lr: float, pos_lr_scale: float = 1.0) -> list[dict[str, Any]]:
-    """AdamW groups: no decay on norms, biases (1-D) and what the model names in no_weight_decay(); the position
-    scheme's parameters (everything under ``model.pos``, whatever the scheme) at ``lr * pos_lr_scale``.
-
-    With ``pos_lr_scale == 1`` the position parameters stay in the two plain groups, the layout checkpoints
-    written before the scale existed expect.
-    """
-    skip = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()
-    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {(p, d): [] for p in (False, True) for d in (True, False)}
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        is_pos = pos_lr_scale != 1.0 and name.startswith("pos.")
-        groups[is_pos, not (p.ndim <= 1 or name in skip)].append(p)
-    return [
-        {"params": params, "weight_decay": weight_decay if decay else 0.0, "lr": lr * (pos_lr_scale if is_pos else 1)}
-        for (is_pos, decay), params in groups.items()
-        if params or not is_pos  # the two plain groups always exist, as before
-    ]
-
-
-def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float:
-    """LR multiplier: linear warmup from ~0 to 1, then cosine to ``min_ratio`` at ``total``."""
-    if step < warmup:
-        return (step + 1) / warmup
-    t = min(1.0, (step - warmup) / max(1, total - warmup))
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * t))
+from .model import ViT, model_from_config
+from .optim import param_groups, warmup_cosine
 
 
 class LitViT(L.LightningModule):
@@ -84,6 +31,7 @@ class LitViT(L.LightningModule):
         self.model = model_from_config(self.cfg)
         n = self.cfg.model.num_classes
         d, o = self.cfg.data, self.cfg.optim
+        self.soft_loss = SoftTargetCrossEntropy()  # mixup's targets are class distributions
         self.mixup = (
             Mixup(mixup_alpha=d.mixup, cutmix_alpha=d.cutmix, label_smoothing=o.label_smoothing, num_classes=n)
             if d.mixup > 0 or d.cutmix > 0
@@ -125,7 +73,7 @@ class LitViT(L.LightningModule):
         if self.mixup is not None and images.shape[0] % 2 == 0:  # timm's Mixup needs an even batch
             images, soft = self.mixup(images, labels)
             logits = self(images)
-            loss = torch.sum(-soft * F.log_softmax(logits, dim=-1), dim=-1).mean()
+            loss = self.soft_loss(logits, soft)
         else:
             logits = self(images)
             loss = F.cross_entropy(logits, labels, label_smoothing=self.cfg.optim.label_smoothing)

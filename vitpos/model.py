@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from einops import rearrange
@@ -12,6 +14,9 @@ from .attention import attention
 from .pos import POS_REGISTRY, AttnPos, build_pos
 from .pos.base import turn_qk
 from .stems import STEMS, build_stem
+
+if TYPE_CHECKING:
+    from .config import Config
 
 QKV_BIAS = ("qkv", "qv", "none")  # bias on q, k and v (ViT); on q and v only (BEiT, EVA); none
 
@@ -45,10 +50,27 @@ class Attention(nn.Module):
         bias = torch.cat([self.q_bias, torch.zeros_like(self.q_bias), self.v_bias])
         return F.linear(x, self.qkv.weight, bias)
 
-    def forward(self, x: Tensor, pos: AttnPos) -> Tensor:
+    def heads_qkv(self, x: Tensor, pos: AttnPos) -> tuple[Tensor, Tensor, Tensor]:
+        """(B, N, D) -> q, k, v, each (B, h, N, d), with q and k turned by the block's position."""
         q, k, v = rearrange(self.project_qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
         q, k = turn_qk(q, k, pos)
-        x = attention(q, k, v, pos.bias, scale=pos.logit_scale * self.head_dim**-0.5)  # (B, h, N, d)
+        return q, k, v
+
+    def logit_scale(self, pos: AttnPos) -> float:
+        return pos.logit_scale * self.head_dim**-0.5
+
+    def weights(self, x: Tensor, pos: AttnPos) -> Tensor:
+        """(B, h, N, N) the softmax weights ``forward`` applies to v, written out (forward never forms them:
+        its kernels are fused), for probes such as vitpos.diagnose."""
+        q, k, _ = self.heads_qkv(x, pos)
+        logits = (q @ k.transpose(-1, -2)) * self.logit_scale(pos)
+        if pos.bias is not None:
+            logits = logits + pos.bias.to(logits.dtype)
+        return logits.softmax(dim=-1)
+
+    def forward(self, x: Tensor, pos: AttnPos) -> Tensor:
+        q, k, v = self.heads_qkv(x, pos)
+        x = attention(q, k, v, pos.bias, scale=self.logit_scale(pos))  # (B, h, N, d)
         return self.proj(rearrange(x, "b h n d -> b n (h d)"))
 
 
@@ -168,7 +190,7 @@ class ViT(nn.Module):
         x = self.pos.tokens(rearrange(x, "b d h w -> b (h w) d"), grid)  # patch tokens only
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        attn_pos = self.pos.attention(grid, x.device)  # once per forward, shared by the blocks
+        attn_pos = self.pos.attn_pos(grid, x.device)  # once per forward, shared by the blocks
         for i, block in enumerate(self.blocks):
             x = block(x, attn_pos[i])
             x = self.pos.after_block(x, grid, i)
@@ -192,3 +214,28 @@ def create_model(pos: str = "rope2d", *, stem: str = "patch", img_size: int = 32
     """Build a ViT with position scheme ``pos`` (see ``vitpos.POS_SCHEMES``); timm's size keywords."""
     return ViT(pos=pos, stem=stem, img_size=img_size, patch_size=patch_size, num_classes=num_classes,
                embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio, **more)  # fmt: skip
+
+
+def model_from_config(cfg: Config) -> ViT:
+    """The ViT a config describes (the single place config fields become model kwargs)."""
+    m = cfg.model
+    return create_model(
+        m.pos,
+        stem=m.stem,
+        img_size=m.img_size,
+        patch_size=m.patch_size,
+        num_classes=m.num_classes,
+        embed_dim=m.embed_dim,
+        depth=m.depth,
+        num_heads=m.num_heads,
+        mlp_ratio=m.mlp_ratio,
+        in_chans=m.in_chans,
+        class_token=m.class_token,
+        global_pool=m.global_pool,
+        drop_path_rate=m.drop_path_rate,
+        layer_scale_init=m.layer_scale_init,
+        pos_kwargs=m.pos_kwargs,
+        fc_norm=m.fc_norm,
+        qkv_bias=m.qkv_bias,
+        norm_eps=m.norm_eps,
+    )

@@ -52,6 +52,8 @@ class RunInterrupted(Exception):
 
 def env_rank() -> int:
     """This process's global rank as the launcher (torchrun, SLURM, Lightning) set it; 0 when alone."""
+    # Not Lightning's rank_zero_only.rank: that prefers LOCAL_RANK to SLURM_PROCID, and this rank decides the
+    # run folder before any Trainer exists to correct it.
     for var in ("RANK", "SLURM_PROCID"):
         if var in os.environ:
             return int(os.environ[var])

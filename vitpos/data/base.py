@@ -29,7 +29,8 @@ import torch.nn.functional as F
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, Sampler
 
 from ..config import ConfigError, DataConfig
-from .transforms import check_data_config, eval_transform, to_hw, train_transform
+from ..resolution import to_hw
+from .transforms import check_data_config, eval_transform, train_transform
 
 SPLITS = ("train", "val", "test")
 

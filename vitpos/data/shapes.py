@@ -65,8 +65,8 @@ from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
 from ..config import ConfigError, DataConfig
+from ..resolution import to_hw
 from .base import VitposDataModule
-from .transforms import to_hw
 
 BAG_OF_PATCHES_CEILING = 0.25
 NUM_CLASSES = 8

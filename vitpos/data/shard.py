@@ -37,6 +37,7 @@ from typing import Any
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset, Subset
 
+from ..cli import OneLineParser
 from ..config import ConfigError, DataConfig
 from .base import SPLITS, VitposDataModule
 from .shards import FORMAT, META
@@ -241,13 +242,8 @@ def _say(verbose: bool, msg: str) -> None:
         print(f"vitpos.data.shard: {msg}", file=sys.stderr, flush=True)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, like every other bad input
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m vitpos.data.shard", description="Write a data set's splits as LitData shards.")
+    p = OneLineParser(prog="python -m vitpos.data.shard", description="Write a data set's splits as LitData shards.")
     p.add_argument("--data", required=True, help="data set name as for train.py (imagefolder, cifar10, hf:PATH, ...)")
     p.add_argument("--data-dir", help="where the source files are (as for train.py)")
     p.add_argument("--out", required=True, help="output folder")

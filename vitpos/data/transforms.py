@@ -20,23 +20,11 @@ from torchvision.transforms import InterpolationMode, v2
 from torchvision.transforms.v2 import functional as F
 
 from ..config import ConfigError, DataConfig
+from ..resolution import to_hw
 
 BICUBIC = InterpolationMode.BICUBIC
 EVAL_RESIZE_MODES = ("crop", "full")
 INTERPOLATIONS = {"bicubic": BICUBIC, "bilinear": InterpolationMode.BILINEAR, "nearest": InterpolationMode.NEAREST}
-
-
-def to_hw(resolution: int | tuple[int, int] | list[int]) -> tuple[int, int]:
-    """R -> (R, R); (H, W) -> (H, W); anything else is a ConfigError."""
-    if isinstance(resolution, int) and not isinstance(resolution, bool):
-        hw = (resolution, resolution)
-    elif isinstance(resolution, tuple | list) and len(resolution) == 2:
-        hw = tuple(resolution)
-    else:
-        raise ConfigError(f"resolution must be an int R or a pair (H, W), got {resolution!r}")
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in hw):
-        raise ConfigError(f"resolution must hold positive ints, got {resolution!r}")
-    return hw  # type: ignore[return-value]
 
 
 def check_data_config(cfg: DataConfig) -> None:

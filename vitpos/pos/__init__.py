@@ -1,16 +1,14 @@
 """The registry of position schemes: name -> class. Adding a scheme is one file and one line here.
 
-A name "a+b" is a composition of registered schemes (see compose.py): its entry is a
-:class:`Composition`, called like a class and carrying ``methods`` like one.
+A name "a+b" is a composition of registered schemes (see compose.py): its entry is the
+:class:`ComposedPos` subclass ``ComposedPos.of("a+b", ...)``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from .alibi2d import Alibi2dPos
 from .base import AttnPos, Grid, PosScheme
-from .compose import ComposedPos, Composition
+from .compose import ComposedPos
 from .cpb import CpbPos
 from .learned import LearnedPos
 from .liere import LiePos
@@ -37,10 +35,10 @@ _SINGLE: dict[str, type[PosScheme]] = {
     "rope2d-norm": Rope2dNormPos,
     "liere": LiePos,
 }
-POS_REGISTRY: dict[str, Callable[..., PosScheme]] = {
+POS_REGISTRY: dict[str, type[PosScheme]] = {
     **_SINGLE,
     **{
-        name: Composition(name, _SINGLE)
+        name: ComposedPos.of(name, _SINGLE)
         for name in ("rope2d+learned", "rope2d+peg", "relbias+peg", "rope2d-mixed+learned", "alibi2d+peg")
     },
 }
@@ -54,4 +52,4 @@ def build_pos(name: str, **kwargs) -> PosScheme:
     return POS_REGISTRY[name](**kwargs)
 
 
-__all__ = ["POS_REGISTRY", "POS_SCHEMES", "AttnPos", "ComposedPos", "Composition", "Grid", "PosScheme", "build_pos"]
+__all__ = ["POS_REGISTRY", "POS_SCHEMES", "AttnPos", "ComposedPos", "Grid", "PosScheme", "build_pos"]

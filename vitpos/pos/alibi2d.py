@@ -58,6 +58,6 @@ class Alibi2dPos(PosScheme):
         bias = -alibi_slopes(self.num_heads).to(dist.device)[:, None, None] * dist  # (heads, N, N)
         return pad_prefix(bias.float(), self.num_prefix_tokens)
 
-    def attention(self, grid: Grid, device=None) -> list[AttnPos]:
+    def attn_pos(self, grid: Grid, device=None) -> list[AttnPos]:
         bias = self.cached(("bias", tuple(grid), device), lambda: self.bias(grid, device))
         return [AttnPos(bias=bias)] * self.depth

@@ -3,7 +3,7 @@
 A scheme can act at two hooks (see the README's table):
 
 * ``tokens(x, grid)``: add something to the patch tokens once, before block 0;
-* ``attention(grid)``: return, for each block, an :class:`AttnPos` with a q/k rotation
+* ``attn_pos(grid)``: return, for each block, an :class:`AttnPos` with a q/k rotation
   (cos, sin per rotary pair, or orthogonal matrices per channel block) and/or an additive logit bias,
   built once per forward for the current grid.
 
@@ -83,8 +83,9 @@ class PosScheme(nn.Module):
         """x: (B, N, D) patch tokens in row-major grid order -> (B, N, D)."""
         return x
 
-    def attention(self, grid: Grid, device: torch.device | None = None) -> list[AttnPos]:
-        """One AttnPos per block for this grid, its tensors on ``device``."""
+    def attn_pos(self, grid: Grid, device: torch.device | None = None) -> list[AttnPos]:
+        """What each block's attention takes from position on this grid (q/k rotation, logit bias, logit scale):
+        one AttnPos per block, its tensors on ``device``."""
         return [NO_POS] * self.depth
 
     def after_block(self, x: Tensor, grid: Grid, index: int) -> Tensor:

@@ -1,10 +1,11 @@
-"""Compositions such as `rope2d+learned`: several schemes behind the one seam, with no new class per pair.
+"""Compositions such as `rope2d+learned`: several schemes behind the one seam, with no hand-written class
+per pair.
 
 :class:`ComposedPos` holds its parts in a ModuleDict keyed by scheme name (parameter names read
 ``parts.learned.table``) and combines their hooks:
 
 * ``tokens``: applied in the order of the name (``rope2d+learned``: rope2d's, then learned's);
-* ``attention``: merged per block: at most one part may rotate q/k, biases are summed, logit
+* ``attn_pos``: merged per block: at most one part may rotate q/k, biases are summed, logit
   scales multiplied;
 * ``after_block``: chained in order;
 * ``no_weight_decay``: the union of the parts' sets, with their prefixes.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -33,7 +35,7 @@ def product_methods(method_lists: Sequence[Sequence[str]]) -> tuple[str, ...]:
     return tuple("+".join(combo) for combo in itertools.product(*method_lists))
 
 
-def merge_attention(parts: Sequence[AttnPos]) -> AttnPos:
+def merge_attn_pos(parts: Sequence[AttnPos]) -> AttnPos:
     """One block's AttnPos from its parts': at most one q/k rotation, biases summed, logit scales multiplied."""
     ropes = [a.rope for a in parts if a.rope is not None]
     rotations = [a.rotation for a in parts if a.rotation is not None]
@@ -53,9 +55,31 @@ def merge_attention(parts: Sequence[AttnPos]) -> AttnPos:
 
 
 class ComposedPos(PosScheme):
-    """Several position schemes applied together; see the module docstring for how hooks combine."""
+    """Several position schemes applied together; see the module docstring for how hooks combine.
 
-    def __init__(self, *, parts: Mapping[str, type[PosScheme]], **kw):
+    A composition is a subclass that fixes its parts, ``ComposedPos.of("rope2d+learned", registry)``, so that
+    a registry entry is a scheme class like any other: called to build, carrying ``methods`` before building.
+    """
+
+    part_classes: ClassVar[dict[str, type[PosScheme]]] = {}
+
+    @classmethod
+    def of(cls, name: str, registry: Mapping[str, type[PosScheme]]) -> type[ComposedPos]:
+        """The composition class of the "+"-joined scheme ``name``, its parts looked up in ``registry`` once."""
+        names = name.split("+")
+        if len(names) < 2 or len(set(names)) != len(names):
+            raise ValueError(f"a composition needs two or more distinct parts, got '{name}'")
+        missing = [n for n in names if n not in registry]
+        if missing:
+            raise ValueError(f"composition '{name}': unknown part(s) {missing}; valid: {', '.join(registry)}")
+        parts = {n: registry[n] for n in names}
+        methods = product_methods([c.methods for c in parts.values()])
+        return type(f"ComposedPos[{name}]", (cls,), {"part_classes": parts, "methods": methods})
+
+    def __init__(self, **kw):
+        parts = self.part_classes
+        if not parts:
+            raise TypeError("build a composition from its class ComposedPos.of(name, registry)")
         common = {k: kw.pop(k) for k in ("dim", "num_heads", "depth", "grid", "num_prefix_tokens") if k in kw}
         unknown = set(kw) - set(parts)
         if unknown:
@@ -65,8 +89,6 @@ class ComposedPos(PosScheme):
             )
         super().__init__(**common)
         self.parts = nn.ModuleDict({name: cls(**common, **kw.get(name, {})) for name, cls in parts.items()})
-        self.methods = product_methods([p.methods for p in self.parts.values()])
-        self._method = self.methods[0]
 
     # -- the method is the parts' methods, joined -----------------------------------------
     @property
@@ -98,9 +120,9 @@ class ComposedPos(PosScheme):
             x = part.tokens(x, grid)
         return x
 
-    def attention(self, grid: Grid, device: torch.device | None = None) -> list[AttnPos]:
-        per_part = [part.attention(grid, device) for part in self.parts.values()]
-        return [merge_attention(block) for block in zip(*per_part, strict=True)]
+    def attn_pos(self, grid: Grid, device: torch.device | None = None) -> list[AttnPos]:
+        per_part = [part.attn_pos(grid, device) for part in self.parts.values()]
+        return [merge_attn_pos(block) for block in zip(*per_part, strict=True)]
 
     def after_block(self, x: Tensor, grid: Grid, index: int) -> Tensor:
         for part in self.parts.values():
@@ -112,28 +134,3 @@ class ComposedPos(PosScheme):
 
     def carry_state(self, grid: Grid) -> dict[str, Tensor]:
         return {f"parts.{name}.{k}": v for name, part in self.parts.items() for k, v in part.carry_state(grid).items()}
-
-
-class Composition:
-    """Registry entry for a composition: called like a scheme class, with the product of methods.
-
-    ``Composition("rope2d+learned", registry)`` looks its parts up in ``registry`` once; calling it
-    builds a :class:`ComposedPos`. ``methods`` is available before building, as on a class.
-    """
-
-    def __init__(self, name: str, registry: Mapping[str, type[PosScheme]]):
-        names = name.split("+")
-        if len(names) < 2 or len(set(names)) != len(names):
-            raise ValueError(f"a composition needs two or more distinct parts, got '{name}'")
-        missing = [n for n in names if n not in registry]
-        if missing:
-            raise ValueError(f"composition '{name}': unknown part(s) {missing}; valid: {', '.join(registry)}")
-        self.name = name
-        self.parts = {n: registry[n] for n in names}
-        self.methods = product_methods([cls.methods for cls in self.parts.values()])
-
-    def __call__(self, **kw) -> ComposedPos:
-        return ComposedPos(parts=self.parts, **kw)
-
-    def __repr__(self) -> str:
-        return f"Composition('{self.name}')"

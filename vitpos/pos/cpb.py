@@ -6,8 +6,8 @@ grid, (dy / (H-1), dx / (W-1)) * 8, so the trained range maps to [-8, 8], then l
 sign(d) * log2(1 + |d|) / log2(8). The bias is 16 * sigmoid(mlp(...)), in (0, 16).
 
 The MLP runs once per unique offset, ((2h-1)(2w-1), 2), for all blocks at once (stacked weights),
-and its output is gathered into (heads, N, N) with relbias's index, so the bias depends on the
-offset alone. Nothing is resized for a new grid:
+and its output is gathered into (heads, N, N) with timm's relative position index, so the bias depends
+on the offset alone. Nothing is resized for a new grid:
 
 * ``continuous``: offsets of the new grid normalised by the *training* grid, so offsets beyond the
   trained range extrapolate (log spacing keeps them close to it);
@@ -25,28 +25,24 @@ patch gets.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from einops import rearrange
-from timm.layers import trunc_normal_
+from timm.layers import gen_relative_log_coords, gen_relative_position_index, trunc_normal_
 from torch import Tensor, nn
 
 from .base import AttnPos, Grid, PosScheme, add_prefix_bias, prefix_bias_param
-from .relbias import relative_position_index
 
 
 def log_offsets_table(grid: Grid, norm_grid: Grid, device=None) -> Tensor:
-    """((2h-1)(2w-1), 2) log-spaced (dy, dx) offsets of ``grid``, normalised by ``norm_grid``.
+    """((2h-1)(2w-1), 2) log-spaced (dy, dx) offsets of ``grid``, normalised by ``norm_grid`` (timm's Swin v2
+    ``gen_relative_log_coords``).
 
-    Row r = (dy + h-1) * (2w-1) + (dx + w-1), the order of :func:`relative_position_index`.
+    Row r = (dy + h-1) * (2w-1) + (dx + w-1), the order of the relative position index.
     """
-    h, w = grid
-    dy = torch.arange(-(h - 1), h, device=device, dtype=torch.float32) / max(norm_grid[0] - 1, 1)
-    dx = torch.arange(-(w - 1), w, device=device, dtype=torch.float32) / max(norm_grid[1] - 1, 1)
-    table = torch.stack(torch.meshgrid(dy, dx, indexing="ij"), dim=-1).reshape(-1, 2) * 8
-    return torch.sign(table) * torch.log2(table.abs() + 1.0) / math.log2(8)
+    # timm divides by (size - 1) unguarded; a size of at least 2 keeps a one-row grid at offset 0 / 1, not 0 / 0
+    norm = (max(norm_grid[0], 2), max(norm_grid[1], 2))
+    return gen_relative_log_coords(tuple(grid), norm, mode="swin", device=device, dtype=torch.float32).reshape(-1, 2)
 
 
 class CpbPos(PosScheme):
@@ -69,7 +65,7 @@ class CpbPos(PosScheme):
         def build() -> tuple[Tensor, Tensor]:
             norm = tuple(grid) if self.method == "normalized" else self.train_grid
             device = self.w1.device
-            return log_offsets_table(grid, norm, device), relative_position_index(grid, device=device)
+            return log_offsets_table(grid, norm, device), gen_relative_position_index(tuple(grid), device=device)
 
         return self.cached(("coords", tuple(grid), self.w1.device), build)
 
@@ -83,7 +79,7 @@ class CpbPos(PosScheme):
         bias = rearrange(out[:, index.flatten()], "l (i j) heads -> l heads i j", i=n)
         return add_prefix_bias(bias, self.prefix_bias, self.num_prefix_tokens).contiguous()
 
-    def attention(self, grid: Grid, device=None) -> list[AttnPos]:
+    def attn_pos(self, grid: Grid, device=None) -> list[AttnPos]:
         params = [p for p in (self.w1, self.b1, self.w2, self.prefix_bias) if p is not None]
         bias = self.cached(("bias", tuple(grid), device), lambda: self.bias(grid).to(device), *params)
         return [AttnPos(bias=b) for b in bias.unbind(0)]

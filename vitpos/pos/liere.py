@@ -160,7 +160,7 @@ class LiePos(PosScheme):
                 rot = torch.cat([ident, rot], dim=2)
             return rot
 
-    def attention(self, grid: Grid, device=None) -> list[AttnPos]:
+    def attn_pos(self, grid: Grid, device=None) -> list[AttnPos]:
         def build() -> list[AttnPos]:
             return [AttnPos(rotation=r) for r in self.rotations(grid).to(device).unbind(0)]
 

@@ -89,6 +89,6 @@ class LookHerePos(PosScheme):
         )  # fmt: skip
         return pad_prefix(bias.float(), self.num_prefix_tokens)
 
-    def attention(self, grid: Grid, device=None) -> list[AttnPos]:
+    def attn_pos(self, grid: Grid, device=None) -> list[AttnPos]:
         bias = self.cached(("bias", tuple(grid), device), lambda: self.bias(grid, device))
         return [AttnPos(bias=b) for b in bias.unbind(0)]

@@ -26,7 +26,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 from einops import rearrange
-from timm.layers import resize_rel_pos_bias_table, trunc_normal_
+from timm.layers import gen_relative_position_index, resize_rel_pos_bias_table, trunc_normal_
 from torch import Tensor, nn
 
 from .base import AttnPos, Grid, PosScheme, add_prefix_bias, grid_coords, prefix_bias_param
@@ -40,6 +40,9 @@ def relative_offsets(grid: Grid, device=None) -> tuple[Tensor, Tensor]:
 
 def relative_position_index(grid: Grid, table_grid: Grid | None = None, clamp: bool = False, device=None) -> Tensor:
     """(N, N) index into a ((2H-1)(2W-1),) table built for ``table_grid`` (default: ``grid``)."""
+    if not clamp and (table_grid is None or tuple(table_grid) == tuple(grid)):
+        return gen_relative_position_index(tuple(grid), device=device)  # timm's (Swin's) index
+    # timm's index only serves a table of the grid's own size; offsets clamped into another table are ours
     big_h, big_w = table_grid or grid
     dy, dx = relative_offsets(grid, device)
     if clamp:
@@ -106,7 +109,7 @@ class RelBiasPos(PosScheme):
         bias = rearrange(table[:, index.flatten()], "l (i j) heads -> l heads i j", i=n)
         return add_prefix_bias(bias, self.prefix_bias, self.num_prefix_tokens).contiguous()
 
-    def attention(self, grid: Grid, device=None) -> list[AttnPos]:
+    def attn_pos(self, grid: Grid, device=None) -> list[AttnPos]:
         params = [p for p in (self.table, self.prefix_bias) if p is not None]
         bias = self.cached(("bias", tuple(grid), self.table.device), lambda: self.bias(grid), *params)
         return [AttnPos(bias=b) for b in bias.unbind(0)]

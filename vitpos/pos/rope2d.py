@@ -167,7 +167,7 @@ class Rope2dPos(PosScheme):
         ys, xs = grid_coords(grid, dtype=torch.float64)
         return torch.cat([xs[:, None] * fx, ys[:, None] * fy], dim=1), scale
 
-    def attention(self, grid: Grid, device=None) -> list[AttnPos]:
+    def attn_pos(self, grid: Grid, device=None) -> list[AttnPos]:
         def build() -> list[AttnPos]:
             angles, scale = self.angles(grid)
             rot = rope_rotation(angles, self.num_prefix_tokens).to(device)

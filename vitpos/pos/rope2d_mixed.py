@@ -59,10 +59,10 @@ class Rope2dMixedPos(PosScheme):
 
     def frequencies(self, grid: Grid) -> tuple[Tensor, float]:
         """(depth, heads, d/2, 2) frequencies (fx, fy) for ``grid`` under the current method, and the logit scale."""
-        f = self.freqs.float()
+        f = self.freqs.float()  # fp32 whatever the module dtype (the exponent buffer follows .double() too)
         fx, fy = f.unbind(-1)
         fy, fx, scale = transfer_frequencies(
-            self.method, fy, fx, grid, self.train_grid, exponent=self.exponent, magnitude=torch.hypot(fx, fy),
+            self.method, fy, fx, grid, self.train_grid, exponent=self.exponent.float(), magnitude=torch.hypot(fx, fy),
             head_dim=self.head_dim, yarn_alpha=self.yarn_alpha, yarn_beta=self.yarn_beta,
             yarn_temperature_mode=self.yarn_temperature,
         )  # fmt: skip
@@ -76,7 +76,7 @@ class Rope2dMixedPos(PosScheme):
             ys, xs = grid_coords(grid, device=device)
             return torch.einsum("nc,lhkc->lhnk", torch.stack([xs, ys], dim=-1), f), scale
 
-    def attention(self, grid: Grid, device=None) -> list[AttnPos]:
+    def attn_pos(self, grid: Grid, device=None) -> list[AttnPos]:
         def build() -> list[AttnPos]:
             angles, scale = self.angles(grid)
             with torch.autocast(self.freqs.device.type, enabled=False):

@@ -115,7 +115,7 @@ class Rope2dNormPos(PosScheme):
             angles = 2 * math.pi * c[:, :, None] / dinov3_periods(self.head_dim, self.base).to(c.device)  # (N, 2, d/4)
             return angles.flatten(1)
 
-    def attention(self, grid: Grid, device=None) -> list[AttnPos]:
+    def attn_pos(self, grid: Grid, device=None) -> list[AttnPos]:
         def build() -> list[AttnPos]:
             with torch.autocast(torch.device(device or "cpu").type, enabled=False):
                 rot = rope_rotation(self.angles(grid, device), self.num_prefix_tokens)
