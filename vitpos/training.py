@@ -375,11 +375,14 @@ def run(cfg: Config) -> dict:
             clear_start(out)
         raise
     finally:
-        if out.is_dir():
-            empty = not _entries(out)
-            release_lock(out, remove=empty)
-            if empty and not any(out.iterdir()):
-                out.rmdir()
+        try:
+            if out.is_dir():
+                empty = not _entries(out)
+                release_lock(out, remove=empty)
+                if empty and not any(out.iterdir()):
+                    out.rmdir()
+        except FileNotFoundError:
+            pass  # under DDP rank 0 may clear a run that trained nothing while another rank is here
 
 
 def _nothing_trained(out: Path) -> bool:
