@@ -120,3 +120,17 @@ def separated(a: list[float], b: list[float]) -> bool:
     """Whether the 95 % intervals of two means do not overlap (each needs >= 2 seeds): only then 'A beats B'."""
     (_, alo, ahi), (_, blo, bhi) = mean_ci(a), mean_ci(b)
     return not any(math.isnan(v) for v in (alo, ahi, blo, bhi)) and (alo > bhi or blo > ahi)
+
+
+def sweep_runs(cmd: list[str], runs: list[dict], ckpts: list[str], sweep_dir: Path) -> list[dict]:
+    """Run the evaluator command ``cmd`` over the runs' checkpoints unless a finished sweep of it is in
+    ``sweep_dir``; its records, each with the seed of the run it came from."""
+    if finished_sweep(cmd, ckpts, sweep_dir):
+        print(f"reusing the finished sweep in {sweep_dir}", flush=True)
+    else:
+        run([sys.executable, *cmd])
+        record_sweep(cmd, sweep_dir)
+    from vitpos.evaluate import load_records
+
+    seed_of = {c: r["seed"] for c, r in zip(ckpts, runs, strict=True)}
+    return [rec | {"seed": seed_of[rec["checkpoint"]]} for rec in load_records(sweep_dir / "resolution.json")]

@@ -21,13 +21,12 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import ROOT, command, finished_sweep, machine, record_sweep, run, train_run  # noqa: E402
+from common import ROOT, command, machine, sweep_runs, train_run  # noqa: E402
 from resolution_transfer import temperature_study
 from results import MISSION
 
 from vitpos import POS_SCHEMES
 from vitpos.config import Config
-from vitpos.evaluate import load_records
 
 CONFIG = "configs/fashion_mnist_study.yaml"
 OTHERS = ["rope2d-mixed:patch", "relbias+peg:patch", "rope2d+peg:patch"]  # the best others on `shapes` (val, seed 0)
@@ -82,13 +81,7 @@ def main(argv: list[str] | None = None) -> int:
            "--resize", "full", "--out", str(sweep_dir), "--overwrite",
            *(["--limit", str(args.eval_limit)] if args.eval_limit else [])]  # fmt: skip
     os.environ["OMP_NUM_THREADS"] = str(len(os.sched_getaffinity(0)))
-    if finished_sweep(cmd, ckpts, sweep_dir):
-        print(f"reusing the finished sweep in {sweep_dir}", flush=True)
-    else:
-        run([sys.executable, *cmd])
-        record_sweep(cmd, sweep_dir)
-    seed_of = {c: r["seed"] for c, r in zip(ckpts, runs, strict=True)}
-    records = [rec | {"seed": seed_of[rec["checkpoint"]]} for rec in load_records(sweep_dir / "resolution.json")]
+    records = sweep_runs(cmd, runs, ckpts, sweep_dir)
     rope = [c for c, r in zip(ckpts, runs, strict=True) if (r["pos"], r["stem"]) == ("rope2d", "patch")]
 
     cfg = Config.from_yaml(ROOT / CONFIG)

@@ -19,10 +19,10 @@ import json
 import sys
 from pathlib import Path
 
-from common import ROOT, command, finished_sweep, machine, record_sweep, run  # noqa: E402
+from common import ROOT, command, machine, sweep_runs  # noqa: E402
 from torch.utils.data import Subset
 
-from vitpos.evaluate import evaluate_model, load_records, make_trainer, parse_resolution, to_hw
+from vitpos.evaluate import evaluate_model, make_trainer, parse_resolution, to_hw
 from vitpos.pos.rope2d import axial_frequencies, yarn_ramp
 
 RESOLUTIONS = ["24", "32", "48", "64"]
@@ -73,13 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep_dir = ROOT / args.sweep_dir
     cmd = ["-m", "vitpos.evaluate", "--ckpt", *ckpts, "--resolutions", *args.resolutions, "--split", "test",
            "--limit", str(args.limit), "--out", str(sweep_dir), "--overwrite"]  # fmt: skip
-    if finished_sweep(cmd, ckpts, sweep_dir):
-        print(f"reusing the finished sweep in {sweep_dir}", flush=True)
-    else:
-        run([sys.executable, *cmd])
-        record_sweep(cmd, sweep_dir)
-    seed_of = {c: r["seed"] for c, r in zip(ckpts, runs, strict=True)}
-    records = [rec | {"seed": seed_of[rec["checkpoint"]]} for rec in load_records(sweep_dir / "resolution.json")]
+    records = sweep_runs(cmd, runs, ckpts, sweep_dir)
     rope = [c for c, r in zip(ckpts, runs, strict=True) if r["pos"] == "rope2d" and r["stem"] == "patch"]
     b = results["budget"]
     doc = {
