@@ -242,6 +242,23 @@ def test_pos_lr_scale_applies_to_every_position_parameter_alike(tiny, name):
     assert (len(groups) > 2) == any(n.startswith("pos.") for n in name_of.values())
 
 
+@pytest.mark.parametrize("name", vitpos.POS_SCHEMES)
+def test_pos_weight_decay_applies_to_the_position_parameters_only(tiny, name):
+    """``pos_weight_decay`` sets the decay of exactly the parameters under ``pos.`` (at scale 1 too); every
+    other parameter keeps its plain group's decay and learning rate."""
+    from vitpos.optim import param_groups
+
+    m = tiny(name, class_token=True, global_pool="token")
+    name_of = {id(p): n for n, p in m.named_parameters()}
+    plain = {name_of[id(p)]: (g["lr"], g["weight_decay"]) for g in param_groups(m, 0.05, 1e-3) for p in g["params"]}
+    for scale in (1.0, 30.0):
+        groups = param_groups(m, 0.05, 1e-3, pos_lr_scale=scale, pos_weight_decay=0.7)
+        got = {name_of[id(p)]: (g["lr"], g["weight_decay"]) for g in groups for p in g["params"]}
+        assert set(got) == set(plain)
+        for n, (lr, wd) in got.items():
+            assert (lr, wd) == (pytest.approx(scale * 1e-3), 0.7) if n.startswith("pos.") else plain[n], n
+
+
 # ---------------------------------------------------------------------------------------------
 # the SDPA path
 # ---------------------------------------------------------------------------------------------

@@ -168,6 +168,9 @@ class OptimConfig:
     # default schedule, while a position table starting at std .02 must grow to the tokens' scale:
     # at scale 1 `learned` and `relbias` stall (docs/results.md has the ablation and the scales tried).
     pos_lr_scale: float = opt(30.0, "learning-rate factor for the position scheme's own parameters", gt=0)
+    # Decay pulls the position parameters back towards "no position signal" (zero tables, zero frequencies):
+    # at lr * pos_lr_scale a table the task does not need drifts far from zero without it.
+    pos_weight_decay: float = opt(0.0, "AdamW weight decay of the position scheme's own parameters", ge=0)
     weight_decay: float = opt(0.05, "AdamW weight decay (none on norms, biases, position)", ge=0)
     warmup_epochs: float = opt(1.0, "linear warm-up (epochs)", ge=0)
     min_lr_ratio: float = opt(0.01, "final lr / peak lr of the cosine schedule", ge=0, le=1)

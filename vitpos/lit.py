@@ -111,7 +111,7 @@ class LitViT(L.LightningModule):
         lr = o.lr
         if o.lr_scaling == "linear":
             lr = lr * self.global_batch_size() / 256
-        groups = param_groups(self.model, o.weight_decay, lr, o.pos_lr_scale)
+        groups = param_groups(self.model, o.weight_decay, lr, o.pos_lr_scale, o.pos_weight_decay)
         opt = torch.optim.AdamW(groups, lr=lr, betas=tuple(o.betas))
         total = max(1, int(self.trainer.estimated_stepping_batches))
         steps_per_epoch = max(1, total // max(1, self.trainer.max_epochs or 1))

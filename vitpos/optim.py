@@ -9,12 +9,15 @@ from typing import Any
 from torch import nn
 
 
-def param_groups(model: nn.Module, weight_decay: float, lr: float, pos_lr_scale: float = 1.0) -> list[dict[str, Any]]:
+def param_groups(
+    model: nn.Module, weight_decay: float, lr: float, pos_lr_scale: float = 1.0, pos_weight_decay: float = 0.0
+) -> list[dict[str, Any]]:
     """AdamW groups: no decay on norms, biases (1-D) and what the model names in no_weight_decay(); the position
-    scheme's parameters (everything under ``model.pos``, whatever the scheme) at ``lr * pos_lr_scale``.
+    scheme's parameters (everything under ``model.pos``, whatever the scheme) at ``lr * pos_lr_scale`` with
+    decay ``pos_weight_decay`` (AdamW's decay is decoupled: each step shrinks them by lr * scale * decay).
 
-    With ``pos_lr_scale == 1`` the position parameters stay in the two plain groups, the layout checkpoints
-    written before the scale existed expect.
+    With ``pos_lr_scale == 1`` and no position decay the position parameters stay in the two plain groups, the
+    layout checkpoints written before the scale existed expect.
     """
     # Not timm's param_groups_weight_decay: it has no separate position learning rate, orders the no-decay group
     # first and drops empty groups, and the optimizer state of existing checkpoints is laid out in this order.
@@ -23,10 +26,14 @@ def param_groups(model: nn.Module, weight_decay: float, lr: float, pos_lr_scale:
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        is_pos = pos_lr_scale != 1.0 and name.startswith("pos.")
+        is_pos = (pos_lr_scale != 1.0 or pos_weight_decay != 0.0) and name.startswith("pos.")
         groups[is_pos, not (p.ndim <= 1 or name in skip)].append(p)
     return [
-        {"params": params, "weight_decay": weight_decay if decay else 0.0, "lr": lr * (pos_lr_scale if is_pos else 1)}
+        {
+            "params": params,
+            "lr": lr * (pos_lr_scale if is_pos else 1),
+            "weight_decay": pos_weight_decay if is_pos else weight_decay if decay else 0.0,
+        }
         for (is_pos, decay), params in groups.items()
         if params or not is_pos  # the two plain groups always exist, as before
     ]
