@@ -28,7 +28,9 @@ from vitpos.training import main
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASSES = ("a", "b", "c")
-N_TRAIN, N_VAL = 192, 39  # 39: odd, so an even split between two ranks would need a padded duplicate
+# 199: prime, so no batch x ranks divides it and every epoch ends with a padded batch; 39: odd, so an even split of
+# the validation images between two ranks would need a padded duplicate
+N_TRAIN, N_VAL = 199, 39
 VAL_ID0 = 1000
 PIXEL_ATOL = 1e-6  # lossless storage: only float rounding between the two paths
 TINY = ["--pos", "learned", "--embed-dim", "32", "--depth", "1", "--num-heads", "2"]
@@ -43,14 +45,28 @@ from vitpos.training import main
 MEAN, STD = torch.tensor({list(IMAGENET_MEAN)})[:2], torch.tensor({list(IMAGENET_STD)})[:2]
 real_step = LitViT.training_step
 
+def ids_of_batch(x):
+    rg = (x[:, :2, 0, 0] * STD + MEAN) * 255
+    return (rg.round().long() * torch.tensor([256, 1])).sum(1).tolist()
+
 def logged(self, batch, batch_idx):
-    rg = (batch[0][:, :2, 0, 0] * STD + MEAN) * 255
-    ids = (rg.round().long() * torch.tensor([256, 1])).sum(1).tolist()
+    w = batch[2].tolist() if len(batch) == 3 else [1.0] * len(batch[1])
+    real = [i for i, wi in zip(ids_of_batch(batch[0]), w) if wi > 0]  # padding copies have weight 0
     with open(os.environ["SEEN_LOG"] + f".{{self.global_rank}}", "a") as f:
-        f.write(f"{{self.current_epoch}} {{self.global_step}} " + " ".join(map(str, ids)) + "\\n")
+        f.write(f"{{self.current_epoch}} {{self.global_step}} " + " ".join(map(str, real)) + "\\n")
     time.sleep(float(os.environ.get("STEP_DELAY", "0")))
     return real_step(self, batch, batch_idx)
 
+def eval_logged(stage, real):
+    def step(self, batch, batch_idx):
+        if not self.trainer.sanity_checking:
+            with open(os.environ["SEEN_LOG"] + f"-{{stage}}.{{self.global_rank}}", "a") as f:
+                f.write(f"{{self.current_epoch}} " + " ".join(map(str, ids_of_batch(batch[0]))) + "\\n")
+        return real(self, batch, batch_idx)
+    return step
+
+LitViT.validation_step = eval_logged("val", LitViT.validation_step)
+LitViT.test_step = eval_logged("test", LitViT.test_step)
 LitViT.training_step = logged
 sys.exit(main(sys.argv[1:]))
 """
@@ -179,7 +195,7 @@ def test_quality_reencodes_as_jpeg_and_a_bad_source_image_is_one_line(folder, tm
 # -- training and evaluation -------------------------------------------------------------------------------------
 def test_shard_train_evaluate(trained):
     res = json.loads((trained / "results.json").read_text())
-    assert res["global_step"] == N_TRAIN // 32 and "test/top1" in res["test"]
+    assert res["global_step"] == -(-N_TRAIN // 32) and "test/top1" in res["test"]  # the last batch padded
     records = json.loads((trained / "resolution" / "resolution.json").read_text())
     assert {r["resolution"] for r in records} == {32, 48}
     assert all(r["samples"] == N_VAL and r["data"] == "shards" for r in records)
@@ -204,7 +220,7 @@ def test_order_is_a_permutation_fixed_by_seed_and_epoch(shards):
         loader = dm.train_dataloader()
         out = []
         for _ in range(epochs):
-            out.append([int(i) for x, _ in loader for i in id_from_pixels(x)])
+            out.append([i for x, _, w in loader for i, wi in zip(id_from_pixels(x), w) if wi > 0])
         return out
 
     a, b, other = orders(0), orders(0), orders(1)
@@ -218,7 +234,75 @@ def id_from_pixels(x: torch.Tensor) -> list[int]:
     return (rg.round().long() * torch.tensor([256, 1])).sum(1).tolist()
 
 
-def test_two_ddp_processes_see_every_sample_once_per_epoch(shards, tmp_path):
+@pytest.mark.parametrize(
+    "batch, world, nodes, workers", [(16, 2, 1, 0), (16, 3, 1, 2), (64, 2, 1, 1), (256, 2, 1, 0), (16, 4, 2, 0)]
+)
+def test_every_sample_once_per_epoch_for_any_batch_and_rank_count(shards, batch, world, nodes, workers):
+    """Each rank simulated in this process (LitData plans from the dataset's `distributed_env`), two epochs: the same
+    number of full-size batches on every rank, every sample once per epoch, and loss weights that make DDP's gradient
+    average the mean over the real samples of each step (weight x real samples of the step over all ranks = batch x
+    ranks). On two nodes too: LitData's own multi-node plan repeats samples from the second epoch on."""
+    from litdata.utilities.env import _DistributedEnv
+
+    from vitpos.data.streaming import force_single_node_plan
+
+    per_rank: list[list[list]] = [[] for _ in range(2)]  # epoch -> rank -> batches
+    for rank in range(world):
+        cfg = DataConfig(name="shards", data_dir=str(shards), batch_size=batch, num_workers=workers)
+        dm = build_datamodule(cfg, 32, seed=3)
+        dm.setup("fit")
+        dm.train_set.distributed_env = _DistributedEnv(world, rank, nodes)
+        force_single_node_plan(dm.train_set)
+        loader = dm.train_dataloader()
+        for epoch in range(2):
+            batches = [(id_from_pixels(x), w.tolist(), x.shape[0]) for x, _, w in loader]
+            assert len(batches) == len(loader) == -(-N_TRAIN // (batch * world))  # ceil: the rest is one more batch
+            assert all(size == batch for *_, size in batches)
+            per_rank[epoch].append(batches)
+    for epoch in range(2):
+        real = [i for b in per_rank[epoch] for ids, w, _ in b for i, wi in zip(ids, w, strict=True) if wi > 0]
+        assert sorted(real) == list(range(N_TRAIN)), f"epoch {epoch}: a sample seen twice or never"
+        for step in zip(*per_rank[epoch], strict=True):
+            weights = [wi for _, w, _ in step for wi in w if wi > 0]
+            assert weights and all(wi * len(weights) == pytest.approx(batch * world) for wi in weights)
+
+
+def test_weighted_loss_is_the_mean_over_the_real_samples_only():
+    import warnings
+
+    import torch.nn.functional as F
+
+    from vitpos.config import Config
+    from vitpos.lit import LitViT
+
+    cfg = Config()
+    cfg.model.embed_dim, cfg.model.depth, cfg.model.num_heads, cfg.model.num_classes = 32, 1, 2, 3
+    lit = LitViT(cfg.to_dict())
+    x, y = torch.randn(8, 3, 32, 32), torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    w = torch.tensor([8 / 3] * 3 + [0.0] * 5)  # one rank, 3 real samples padded to 8
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # self.log outside a Trainer
+        loss = lit.training_step((x, y, w), 0)
+        unweighted = lit.training_step((x, y), 0)
+    with torch.no_grad():
+        logits = lit(x)
+    ls = cfg.optim.label_smoothing
+    torch.testing.assert_close(loss, F.cross_entropy(logits[:3], y[:3], label_smoothing=ls))
+    torch.testing.assert_close(unweighted, F.cross_entropy(logits, y, label_smoothing=ls))
+    top1 = lit.metrics["train_top1"]
+    assert int(top1.tp.sum() + top1.fn.sum()) == 3 + 8  # samples counted: padding is not
+
+
+def eval_seen(log: Path, stage: str) -> dict[int, list[tuple[int, list[int]]]]:
+    """rank -> (epoch, image ids) per validation or test batch."""
+    out = {}
+    for k in (0, 1):
+        rows = (ln.split() for ln in log.with_name(f"{log.name}-{stage}.{k}").read_text().splitlines())
+        out[k] = [(int(e), list(map(int, ids))) for e, *ids in rows]
+    return out
+
+
+def test_two_ddp_processes_train_on_every_sample_once_per_epoch_and_score_every_image_once(shards, tmp_path):
     script = tmp_path / "logging_train.py"
     script.write_text(LOGGING_TRAIN)
     log = tmp_path / "seen"
@@ -229,26 +313,43 @@ def test_two_ddp_processes_see_every_sample_once_per_epoch(shards, tmp_path):
     rows = seen(log)
     ranks = [seen_rank(log, k) for k in (0, 1)]
     for epoch in (0, 1):
-        mine = [ids_of(r, epoch) for r in ranks]
-        assert len(mine[0]) == len(mine[1]) == N_TRAIN // 2  # the same number of steps on both ranks
+        # 199 = 6 full batches of 16 per rank + 7 left: a 7th batch on each rank (4 + 3 real, the rest padding)
+        assert [sum(e == epoch for e, _, _ in rk) for rk in ranks] == [7, 7]  # the same number of steps
+        mine = [ids_of(rk, epoch) for rk in ranks]
         assert sorted(mine[0] + mine[1]) == list(range(N_TRAIN)), f"epoch {epoch}: a sample seen twice or never"
     assert ids_of(rows, 0) != ids_of(rows, 1)
+    val, test = eval_seen(log, "val"), eval_seen(log, "test")
+    images = list(range(VAL_ID0, VAL_ID0 + N_VAL))
+    for epoch in (0, 1):  # validation after each epoch: 20 + 19 images, none twice
+        assert sorted(i for k in (0, 1) for e, ids in val[k] if e == epoch for i in ids) == images
+    assert sorted(i for k in (0, 1) for _, ids in test[k] for i in ids) == images
 
 
-def test_killed_mid_epoch_then_resumed_sees_each_sample_once_in_that_epoch(shards, tmp_path):
+STEPS_8 = -(-N_TRAIN // 8)  # batch 8, one process: 24 full batches and the padded one with the other 7 samples
+
+
+@pytest.mark.parametrize(
+    "ckpt_every, kill_at, epochs, delay",
+    [(5, STEPS_8 + 8, 2, "0.1"),  # checkpoint at step 30: 5 batches into epoch 1
+     (2 * STEPS_8 - 1, 2 * STEPS_8 - 1, 3, "0.3")],  # at step 49: after epoch 1's last full batch, before its rest
+)  # fmt: skip
+def test_killed_mid_epoch_then_resumed_sees_each_sample_once_in_that_epoch(
+    shards, tmp_path, ckpt_every, kill_at, epochs, delay
+):
     script = tmp_path / "logging_train.py"
     script.write_text(LOGGING_TRAIN)
-    out, log, steps_per_epoch = tmp_path / "run", tmp_path / "seen", N_TRAIN // 8
-    args = [sys.executable, str(script), *TINY, "--data", "shards", "--data-dir", str(shards), "--epochs", "2",
-            "--batch-size", "8", "--num-workers", "2", "--ckpt-every-n-steps", "5", "--out", str(out)]  # fmt: skip
+    out, log, steps_per_epoch = tmp_path / "run", tmp_path / "seen", STEPS_8
+    args = [sys.executable, str(script), *TINY, "--data", "shards", "--data-dir", str(shards), "--out", str(out),
+            "--epochs", str(epochs), "--batch-size", "8", "--num-workers", "2",
+            "--ckpt-every-n-steps", str(ckpt_every)]  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "SEEN_LOG": str(log),
-           "STEP_DELAY": "0.1"}  # fmt: skip
+           "STEP_DELAY": delay}  # fmt: skip
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
     deadline = time.time() + 240
-    # kill a few steps into the second epoch, after its first mid-epoch checkpoint
+    # kill in the second epoch, after its mid-epoch checkpoint
     while proc.poll() is None and time.time() < deadline:
         rows = seen(log) if log.with_suffix(".0").exists() else []
-        if any(e == 1 and s >= steps_per_epoch + 8 for e, s, _ in rows):
+        if any(e == 1 and s >= kill_at for e, s, _ in rows):
             break
         time.sleep(0.02)
     assert proc.poll() is None, "the run ended before it could be killed; make it longer"
@@ -257,6 +358,7 @@ def test_killed_mid_epoch_then_resumed_sees_each_sample_once_in_that_epoch(shard
     from vitpos.checkpoint import load_checkpoint
 
     step = load_checkpoint(out / "checkpoints" / "last.ckpt")["global_step"]
+    assert step == ckpt_every * (kill_at // ckpt_every), step  # the checkpoint the test meant to resume from
     assert steps_per_epoch < step < 2 * steps_per_epoch and step % steps_per_epoch, step  # mid-epoch 1
     killed = seen(log)
     for f in tmp_path.glob("seen.*"):
@@ -266,11 +368,14 @@ def test_killed_mid_epoch_then_resumed_sees_each_sample_once_in_that_epoch(shard
     assert r.returncode == 0, r.stderr[-3000:]
     resumed = seen(log)
     assert min(s for _, s, _ in resumed) == step  # it restarts at the checkpoint's step
+    assert sum(e == 1 for e, _, _ in resumed) == 2 * steps_per_epoch - step  # the steps left in epoch 1, no more
     first = ids_of(killed, 1, range(step)) + ids_of(resumed, 1)
     assert sorted(first) == list(range(N_TRAIN)), "a sample of the interrupted epoch was seen twice or skipped"
     # and it continues with the very samples the killed run had drawn after the checkpoint
     redo = ids_of(killed, 1, range(step, 10**9))
     assert redo and ids_of(resumed, 1)[: len(redo)] == redo
+    for epoch in range(2, epochs):  # and the epochs after it are whole again
+        assert sorted(ids_of(resumed, epoch)) == list(range(N_TRAIN))
 
 
 # -- errors ------------------------------------------------------------------------------------------------------

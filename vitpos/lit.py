@@ -10,7 +10,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from timm.data import Mixup
-from timm.loss import SoftTargetCrossEntropy
 from timm.utils import ModelEmaV3
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
@@ -31,7 +30,6 @@ class LitViT(L.LightningModule):
         self.model = model_from_config(self.cfg)
         n = self.cfg.model.num_classes
         d, o = self.cfg.data, self.cfg.optim
-        self.soft_loss = SoftTargetCrossEntropy()  # mixup's targets are class distributions
         self.mixup = (
             Mixup(mixup_alpha=d.mixup, cutmix_alpha=d.cutmix, label_smoothing=o.label_smoothing, num_classes=n)
             if d.mixup > 0 or d.cutmix > 0
@@ -68,20 +66,26 @@ class LitViT(L.LightningModule):
         if self.ema is not None:
             self.ema.update(self.model, step=self.global_step)  # after the optimizer step of this batch
 
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        images, labels = batch
+    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
+        # (images, labels) or (images, labels, weights): streamed shards pad their last batch with weight-0 copies
+        # and weight its real samples so that the loss is their mean across ranks (vitpos.data.streaming)
+        images, labels, *rest = batch
+        weights = rest[0] if rest else None
         if self.mixup is not None and images.shape[0] % 2 == 0:  # timm's Mixup needs an even batch
             images, soft = self.mixup(images, labels)
             logits = self(images)
-            loss = self.soft_loss(logits, soft)
+            losses = -(soft * logits.log_softmax(dim=-1)).sum(dim=-1)  # timm's SoftTargetCrossEntropy, per sample
         else:
             logits = self(images)
-            loss = F.cross_entropy(logits, labels, label_smoothing=self.cfg.optim.label_smoothing)
+            losses = F.cross_entropy(logits, labels, label_smoothing=self.cfg.optim.label_smoothing, reduction="none")
+        loss = losses.mean() if weights is None else (losses * weights).sum() / losses.shape[0]
         if not torch.isfinite(loss):
             raise FloatingPointError(
                 f"non-finite training loss ({loss.item()}) at step {self.global_step}; "
                 "lower --lr or check the data; the last good checkpoint is kept"
             )
+        if weights is not None:  # metrics count real samples only
+            logits, labels = logits[weights > 0], labels[weights > 0]
         self._update("train", logits, labels)
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=images.shape[0])
         return loss

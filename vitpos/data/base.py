@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, Sampler
 
 from ..config import ConfigError, DataConfig
@@ -124,7 +125,8 @@ def holdout_split(n: int, holdout: int, seed: int = 0) -> tuple[list[int], list[
 class VitposDataModule(L.LightningDataModule):
     """Base class: loaders from ``cfg`` (batch_size, num_workers) and the eval protocol.
 
-    Under DDP, Lightning adds its DistributedSampler to these loaders itself.
+    Under DDP, Lightning adds its DistributedSampler to the training loader itself; validation and test take
+    one that does not pad (each image scored once).
     ``train_resolutions`` (empty: off) switches the training loader to one resolution per batch
     (see the module docstring); the training run sets it from ``cfg.trainer.train_resolutions``."""
 
@@ -201,15 +203,29 @@ class VitposDataModule(L.LightningDataModule):
         nw = self.cfg.num_workers
         # drop_last in training: a ragged last batch breaks timm's Mixup (even batch)
         drop_last = train and len(ds) >= self.cfg.batch_size  # type: ignore[arg-type]
+        sampler = None if train else self._eval_sampler(ds)
         return DataLoader(
             ds,
             batch_size=self.cfg.batch_size,
             shuffle=train,
+            sampler=sampler,
             drop_last=drop_last,
             num_workers=nw,
             persistent_workers=nw > 0,
             pin_memory=torch.cuda.is_available(),
         )
+
+    def _eval_sampler(self, ds: Dataset) -> Sampler[int] | None:
+        """Under DDP, rank r scores items r, r + W, ...: each once. Lightning's default sampler pads every rank to the
+        same count with duplicates, which validation and test would count twice. Ranks may then differ by one batch,
+        which is safe here: evaluation has no per-step collective (metrics sync their sums at the end)."""
+        trainer = self.trainer
+        if trainer is None or trainer.world_size == 1:
+            return None
+        n, world = len(ds), trainer.world_size  # type: ignore[arg-type]
+        if n < world:  # a rank without a batch would leave the others waiting for it
+            raise ConfigError(f"{n} evaluation image(s) cannot be spread over {world} ranks; use fewer devices")
+        return UnrepeatedDistributedSampler(ds, num_replicas=world, rank=trainer.global_rank, shuffle=False)
 
     def train_dataloader(self) -> DataLoader:
         if not self.train_resolutions:

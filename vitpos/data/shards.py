@@ -5,9 +5,10 @@
 Training reads ``DST/train`` through LitData's ``StreamingDataset`` / ``StreamingDataLoader``:
 
 * **Once per epoch across ranks.** LitData splits the epoch's sample order between ranks and loader workers,
-  each sample to exactly one of them. So that every rank takes the same number of steps, an epoch holds
-  ``floor(N / (batch x ranks))`` full batches per rank; the fewer than ``batch x ranks`` samples left over are
-  skipped in that epoch (other ones in the next, as the order changes), none is ever seen twice.
+  each sample to exactly one of them, in ``floor(N / (batch x ranks))`` full batches per rank; the fewer than
+  ``batch x ranks`` samples it leaves out come as one more batch on every rank, padded to full size with copies
+  whose loss weight is 0 (:class:`vitpos.data.streaming.EveryOnceLoader`). So every rank takes the same number of
+  steps and every sample is trained on once per epoch, whatever N; the loss is the mean over real samples.
 * **Deterministic shuffle.** The order is a function of (``--seed``, epoch): shard files are permuted, then
   the samples inside each; a rerun or a resumed run draws the same order.
 * **Mid-epoch resume.** The loader's position (epoch, samples yielded, seed) is a plain dict that Lightning
@@ -15,7 +16,8 @@ Training reads ``DST/train`` through LitData's ``StreamingDataset`` / ``Streamin
   mid-epoch (``--ckpt-every-n-steps``) continues with the next sample of that epoch.
 
 Validation, test and the resolution evaluator read ``DST/val`` and ``DST/test`` by index through the same
-``StreamingDataset`` (random access), so the evaluator's sampler counts every image exactly once under DDP.
+``StreamingDataset`` (random access), so under DDP each image is scored once, by one rank: in training's validation
+and test (``VitposDataModule._eval_sampler``) and in the evaluator (its ``ShardSampler``).
 Images are decoded with PIL and go through the same transforms as the source set would
 (``vitpos.data.transforms``); class names, channels, mean / std and native size come from ``DST/meta.json``.
 
@@ -37,7 +39,7 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
 from ..config import ConfigError, DataConfig
-from .base import VitposDataModule
+from .base import TransformDataset, VitposDataModule
 from .transforms import train_transform
 
 META = "meta.json"
@@ -167,6 +169,7 @@ class ShardsDataModule(VitposDataModule):
             raise ConfigError(f"shards: {_join(self.root, META)} lacks a field vitpos needs; {HOW}") from None
         self._sizes: dict[str, int] = {}
         self._train_loader: Any = None
+        self._train_transform: Any = None
         self._loader_state: dict[str, Any] | None = None
 
     def size(self, split: str) -> int:
@@ -183,25 +186,28 @@ class ShardsDataModule(VitposDataModule):
         from litdata import StreamingDataset
 
         self.size("train")
-        transform = DecodeSample(
-            train_transform(self.img_size, self.cfg, self.mean, self.std), self.in_chans, _join(self.root, "train")
-        )
+        self._train_transform = train_transform(self.img_size, self.cfg, self.mean, self.std)
+        transform = DecodeSample(self._train_transform, self.in_chans, _join(self.root, "train"))
+        from .streaming import force_single_node_plan
+
         # Built in setup(), after the process group exists: LitData reads the ranks from it here.
-        return StreamingDataset(_join(self.root, "train"), shuffle=True, seed=self.seed, transform=transform)
+        root = _join(self.root, "train")
+        ds = StreamingDataset(root, shuffle=True, seed=self.seed, drop_last=True, transform=transform)
+        return force_single_node_plan(ds)  # LitData's multi-node plan repeats samples; see vitpos.data.streaming
 
     def train_dataloader(self):
-        from litdata import StreamingDataLoader
+        from .streaming import EveryOnceLoader
 
         if self.train_resolutions:
             raise ConfigError("shards: --train-resolutions is not supported when streaming shards")
         if self.train_set is None:
             raise RuntimeError("call setup() before asking for a dataloader")
         nw = self.cfg.num_workers
-        self._train_loader = StreamingDataLoader(
+        read = TransformDataset(self.raw("train"), self._train_transform)  # the rest of the epoch, by index
+        self._train_loader = EveryOnceLoader(
             self.train_set,
+            read.__getitem__,
             batch_size=self.cfg.batch_size,
-            # full batches only, as for every other set (timm's Mixup needs an even batch), unless too few samples
-            drop_last=self.size("train") >= self.cfg.batch_size,
             num_workers=nw,
             persistent_workers=nw > 0,
             pin_memory=_cuda(),
