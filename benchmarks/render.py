@@ -346,7 +346,7 @@ def plot_resolution(cells: dict, rows: list, grids: list, train: int, png: Path,
     save(fig, ax, png, "lower left")
 
 
-# -- measurement pages: performance, performance_compile, export, liere_cost, data, diagnostics --------------
+# -- measurement pages: performance, performance_compile, export, data, diagnostics --------------
 TIMM = {"learned": "`VisionTransformer`", "rope2d": "`vit_small_patch16_rope_224` (an `Eva`, RoPE-Axial)",
         "relbias": "`VisionTransformerRelPos(rel_pos_type='bias')`"}  # fmt: skip
 GPUS_PER_NODE = 8
@@ -454,22 +454,6 @@ def render_export(d: dict) -> str:
     return "\n".join([title, "", *export_section(d)]) + "\n"
 
 
-def render_liere_cost(d: dict) -> str:
-    m = d["dims"]
-    lines = ["# LieRE's cost against rope2d", "", made(d), "",
-             f"Model: {m['embed_dim']} wide, {m['depth']} blocks, {m['num_heads']} heads, patch {m['patch_size']}, "
-             f"batch {d['batch']}, fp32, {d['threads']} thread(s). *Step*: zero_grad + forward + backward of a "
-             "cross-entropy loss; *position*: the scheme's own work per training step (every block's rotation, and "
-             f"its backward when it is learned). Round-robin; medians over {d['rounds']} rounds of {d['steps']} "
-             "steps.", ""]  # fmt: skip
-    base = {tuple(r["grid"]): r["step_ms"] for r in d["records"] if r["contender"] == "rope2d"}
-    rows = [[f"{r['grid'][0]}x{r['grid'][1]}", f"`{r['contender']}`", f"{r['step_ms']:.1f}",
-             f"{r['step_ms'] / base[tuple(r['grid'])]:.2f}x", f"{r['position_ms']:.2f}", f"{r['position_params']:,}"]
-            for r in d["records"]]  # fmt: skip
-    lines += table(["grid", "scheme", "step (ms)", "vs rope2d", "position (ms)", "position parameters"], rows)
-    return "\n".join(lines) + "\n"
-
-
 def workers_needed(per_core: float, gpu_img_s: float, gpus: int = GPUS_PER_NODE) -> int:
     """The fewest one-core loader workers that keep ``gpus`` GPUs fed."""
     return math.ceil(gpus * gpu_img_s / per_core)
@@ -535,7 +519,6 @@ PAGES = {  # docs/<name>.md from its JSON record and the folder the record is in
     "performance": lambda d, folder: render_performance(d, read(folder / "export.json")),
     "performance_compile": lambda d, folder: render_performance_compile(d),
     "export": lambda d, folder: render_export(d),
-    "liere_cost": lambda d, folder: render_liere_cost(d),
     "data": lambda d, folder: render_data(d),
     "diagnostics": lambda d, folder: render_diagnostics(d),
 }
