@@ -48,7 +48,7 @@ def test_mean_ci_is_the_t_interval_and_separation_needs_disjoint_intervals(bench
     assert not bench.separated([0.99], [0.10, 0.11])  # one seed: never "beats"
 
 
-@pytest.mark.parametrize("page", ["results", "resolution", "fashion_mnist", "export", "data"])
+@pytest.mark.parametrize("page", ["results", "resolution", "fashion_mnist", "performance", "export", "data"])
 def test_docs_pages_are_rendered_from_their_json(bench, tmp_path, page):
     import render
 
