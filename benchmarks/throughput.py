@@ -59,11 +59,6 @@ def amp(a: argparse.Namespace):
     return torch.autocast(a.device, dtype=torch.bfloat16) if a.dtype == "bf16" else contextlib.nullcontext()
 
 
-def sync(a: argparse.Namespace) -> None:
-    if a.device == "cuda":
-        torch.cuda.synchronize()
-
-
 def trainer(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, a: argparse.Namespace):
     """One training step of ``model`` on (x, y), its own AdamW."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05, fused=a.device == "cuda" or None)
@@ -84,7 +79,8 @@ def repeat(fn, n: int, a: argparse.Namespace):
     def run() -> None:
         for _ in range(n):
             fn()
-        sync(a)
+        if a.device == "cuda":
+            torch.cuda.synchronize()
 
     return run
 
