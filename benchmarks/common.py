@@ -19,6 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# The runs each study trains with every seed: five schemes with the patch stem, and `none` with a conv stem.
+MAIN_RUNS = ["learned:patch", "sincos2d:patch", "rope2d:patch", "relbias:patch", "none:patch", "none:conv"]
 
 
 def env() -> dict[str, str]:
@@ -48,14 +50,11 @@ def machine() -> dict[str, str | int]:
             "torch": torch.__version__}  # fmt: skip
 
 
-def command(script: str, argv: list[str]) -> str:
-    return shlex.join(["python", f"benchmarks/{script}", *argv])
-
-
 def write_record(path: str | Path, script: str, argv: list[str], **data) -> None:
     """One benchmark's JSON: the command that made it, the machine and its load average, then the measurements."""
     load = [round(v, 2) for v in os.getloadavg()]
-    record = {"command": command(script, argv), "machine": machine(), "load_average": load, **data}
+    record = {"command": shlex.join(["python", f"benchmarks/{script}", *argv]), "machine": machine(),
+              "load_average": load, **data}  # fmt: skip
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {path}", flush=True)
@@ -96,11 +95,6 @@ def finished_sweep(cmd: list[str], ckpts: list[str], sweep_dir: Path) -> bool:
     )
 
 
-def record_sweep(cmd: list[str], sweep_dir: Path) -> None:
-    """Write the manifest that lets ``finished_sweep`` recognise this sweep."""
-    (sweep_dir / "command.json").write_text(json.dumps(cmd) + "\n")
-
-
 # Student-t 0.975 quantiles for n - 1 degrees of freedom (n = 2..10): a 95 % interval of the mean.
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
@@ -122,15 +116,45 @@ def separated(a: list[float], b: list[float]) -> bool:
     return not any(math.isnan(v) for v in (alo, ahi, blo, bhi)) and (alo > bhi or blo > ahi)
 
 
-def sweep_runs(cmd: list[str], runs: list[dict], ckpts: list[str], sweep_dir: Path) -> list[dict]:
-    """Run the evaluator command ``cmd`` over the runs' checkpoints unless a finished sweep of it is in
-    ``sweep_dir``; its records, each with the seed of the run it came from."""
+def transfer_study(runs: list[dict], resolutions: list[str], limit: int, sweep_dir: Path, temperature_grids: list[str],
+                   extra: tuple[str, ...] = ()) -> dict:  # fmt: skip
+    """Every run's last checkpoint at every resolution with every transfer method, by one ``python -m
+    vitpos.evaluate`` (a finished sweep of the same command is reused), each record with its run's seed; and
+    YaRN's two attention temperatures on the ``rope2d`` runs."""
+    ckpts = [str(ROOT / r["run"] / "checkpoints" / "last.ckpt") for r in runs]
+    cmd = ["-m", "vitpos.evaluate", "--ckpt", *ckpts, "--resolutions", *resolutions, "--split", "test", *extra,
+           "--out", str(sweep_dir), "--overwrite", *(["--limit", str(limit)] if limit else [])]  # fmt: skip
     if finished_sweep(cmd, ckpts, sweep_dir):
         print(f"reusing the finished sweep in {sweep_dir}", flush=True)
     else:
         run([sys.executable, *cmd])
-        record_sweep(cmd, sweep_dir)
+        (sweep_dir / "command.json").write_text(json.dumps(cmd) + "\n")  # what finished_sweep checks
     from vitpos.evaluate import load_records
 
     seed_of = {c: r["seed"] for c, r in zip(ckpts, runs, strict=True)}
-    return [rec | {"seed": seed_of[rec["checkpoint"]]} for rec in load_records(sweep_dir / "resolution.json")]
+    records = [rec | {"seed": seed_of[rec["checkpoint"]]} for rec in load_records(sweep_dir / "resolution.json")]
+    rope = [c for c, r in zip(ckpts, runs, strict=True) if (r["pos"], r["stem"]) == ("rope2d", "patch")]
+    return {"records": records, "yarn_temperature": temperature_study(rope, temperature_grids, limit)}
+
+
+def temperature_study(ckpts: list[str], grids: list[str], limit: int = 0) -> list[dict]:
+    """Top-1 of `yarn` with each temperature mode, per checkpoint and grid (test split, rendered natively)."""
+    from torch.utils.data import Subset
+
+    from vitpos.checkpoint import model_from_checkpoint
+    from vitpos.data import build_datamodule
+    from vitpos.evaluate import evaluate_model, make_trainer, parse_resolution, to_hw
+
+    rows, trainer = [], make_trainer()
+    for ckpt in ckpts:
+        for mode in ("axis", "tokens"):
+            cfg, model = model_from_checkpoint(ckpt)
+            model.pos.yarn_temperature = mode
+            dm = build_datamodule(cfg.data, img_size=cfg.model.img_size, seed=cfg.trainer.seed)
+            sets = [dm.eval_dataset(to_hw(parse_resolution(g)), "test") for g in grids]
+            if limit:  # the first images, as the evaluator's --limit takes them
+                sets = [Subset(ds, range(min(limit, len(ds)))) for ds in sets]
+            scores = evaluate_model(model, [(ds, "yarn") for ds in sets], trainer)
+            for g, (correct, seen) in zip(grids, scores, strict=True):
+                rows.append({"checkpoint": ckpt, "temperature": mode, "resolution": g, "top1": correct / seen})
+    return rows

@@ -4,7 +4,7 @@
     python benchmarks/fashion_mnist.py --jobs 2     # docs/fashion_mnist.json; then: python benchmarks/render.py
 
 Each run is ``python train.py --config configs/fashion_mnist_study.yaml --pos P --stem S --seed K``: a fixed
-5,000-image training subset, 15 epochs, the default position lr scale. The six mission runs and ``--others`` are
+5,000-image training subset, 15 epochs, the default position lr scale. The six main runs and ``--others`` are
 trained with every seed; the validation curve of each run is kept, so the page can show where the curves flatten.
 One ``python -m vitpos.evaluate`` then sweeps every last checkpoint from 20 to 56 px (whole-image resize) with every
 transfer method, and the ``rope2d`` runs measure YaRN's two temperatures. A finished run or sweep is reused, so an
@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import ROOT, command, machine, sweep_runs, train_run  # noqa: E402
-from resolution_transfer import temperature_study
-from results import MISSION
+from common import MAIN_RUNS, ROOT, train_run, transfer_study, write_record  # noqa: E402  (benchmarks/ on sys.path)
 
 from vitpos import POS_SCHEMES
 from vitpos.config import Config
@@ -43,7 +40,7 @@ def val_curve(run_dir: Path) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", nargs="+", default=MISSION + OTHERS, metavar="POS:STEM")
+    p.add_argument("--runs", nargs="+", default=MAIN_RUNS + OTHERS, metavar="POS:STEM")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--resolutions", nargs="+", default=RESOLUTIONS)
     p.add_argument("--eval-limit", type=int, default=300, help="sweep the first N test images (0: all)")
@@ -75,26 +72,16 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(args.jobs) as pool:
         runs = list(pool.map(train, plan))
 
-    ckpts = [str(ROOT / r["run"] / "checkpoints" / "last.ckpt") for r in runs]
-    sweep_dir = out / "resolution"
-    cmd = ["-m", "vitpos.evaluate", "--ckpt", *ckpts, "--resolutions", *args.resolutions, "--split", "test",
-           "--resize", "full", "--out", str(sweep_dir), "--overwrite",
-           *(["--limit", str(args.eval_limit)] if args.eval_limit else [])]  # fmt: skip
-    os.environ["OMP_NUM_THREADS"] = str(len(os.sched_getaffinity(0)))
-    records = sweep_runs(cmd, runs, ckpts, sweep_dir)
-    rope = [c for c, r in zip(ckpts, runs, strict=True) if (r["pos"], r["stem"]) == ("rope2d", "patch")]
-
+    os.environ["OMP_NUM_THREADS"] = str(len(os.sched_getaffinity(0)))  # one sweep, every core
+    extra = ("--resize", "full")
+    study = transfer_study(runs, args.resolutions, args.eval_limit, out / "resolution", TEMPERATURE_GRIDS, extra)
     cfg = Config.from_yaml(ROOT / CONFIG)
     m, d, o = cfg.model, cfg.data, cfg.optim
     budget = {"config": CONFIG, "embed_dim": m.embed_dim, "depth": m.depth, "num_heads": m.num_heads,
               "patch_size": m.patch_size, "img_size": m.img_size, "epochs": o.epochs, "train_limit": d.train_limit,
               "holdout_size": d.holdout_size, "batch_size": d.batch_size, "lr": o.lr,
               "pos_lr_scale": o.pos_lr_scale, "eval_limit": args.eval_limit}  # fmt: skip
-    temperature = temperature_study(rope, TEMPERATURE_GRIDS, args.eval_limit)
-    doc = {"command": command("fashion_mnist.py", argv), "machine": machine(), "budget": budget, "runs": runs,
-           "records": records, "yarn_temperature": temperature}  # fmt: skip
-    Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {args.json}; render with: python benchmarks/render.py")
+    write_record(args.json, "fashion_mnist.py", argv, budget=budget, runs=runs, **study)
     return 0
 
 

@@ -1,11 +1,11 @@
-"""Render docs/*.md and plots from the benchmarks' JSON (nothing is measured here).
+"""Render docs/<page>.md (and its plots) from docs/<page>.json, for every page whose JSON is there.
 
-    python benchmarks/render.py        # docs/results.md from docs/results.json, docs/resolution.md (+ .png)
-                                       # from docs/resolution.json, docs/fashion_mnist.md (+ .png) from
-                                       # docs/fashion_mnist.json; each page names the commands that made it
+    python benchmarks/render.py        # every page in PAGES whose JSON is in docs/
+    python benchmarks/render.py DIR    # the same from DIR/<page>.json (a benchmark run with --out DIR/...)
 
-Every number on a page comes from the JSON beside it; every comparison sentence is computed: "A beats B" is
-written only where the 95 % intervals over seeds do not overlap.
+Nothing is measured here. Every number on a page comes from its JSON, which names the command that made it;
+published numbers come from docs/anchors.yaml. Comparison sentences are computed: "A beats B" is written only
+where the 95 % intervals over seeds do not overlap.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import yaml
 from common import ROOT, mean_ci, separated  # noqa: E402  (benchmarks/ is on sys.path as a script)
 
 DOCS = ROOT / "docs"
-CHANCE, BAG_CEILING = 0.125, 0.25
+CHANCE, BAG_CEILING = 0.125, 0.25  # `shapes`: 8 classes; a model blind to patch order tells 2 of them apart
 
 
 def pct(v: float) -> str:
@@ -35,12 +35,25 @@ def interval(values: list[float]) -> str:
     return f"{pct(mean)} ({len(values)})" if len(values) < 2 else f"{pct(mean)} [{pct(lo)}, {pct(hi)}] ({len(values)})"
 
 
+def table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(r) + " |" for r in [headers, ["---"] * len(headers), *rows]]
+
+
 def label(pos: str, stem: str) -> str:
     return f"`{pos}`" + (" (conv stem)" if stem == "conv" else "")
 
 
-def machine_line(m: dict) -> str:
-    return f"{m['date']}, {m['cpu']}, {m['cores']} cores, torch {m['torch']}, fp32 on the CPU"
+def made(d: dict) -> str:
+    """The line under a page's title: the command that measured, the machine and, where recorded, its load."""
+    m = d["machine"]
+    where = f"{m['date']}, {m['cpu']}, {m['cores']} cores, torch {m['torch']}"
+    if "load_average" in d:
+        where += f", 1-minute load average {d['load_average'][0]:g} at the start"
+        if d["load_average"][0] > m["cores"]:
+            where += (
+                f" (over {m['cores']}: other work shared the machine, so the ratios within a round are what compare)"
+            )
+    return f"Made by `{d['command']}`, then `python benchmarks/render.py`: {where}."
 
 
 def anchors() -> dict:
@@ -56,103 +69,97 @@ def comparisons(scored: dict[tuple[str, str], list[float]]) -> list[str]:
         beaten = [label(*b) for b in keys[i + 1 :] if separated(scored[a], scored[b])]
         tied = [label(*b) for b in keys[i + 1 :] if not separated(scored[a], scored[b])]
         if beaten:
-            lines.append(f"- {label(*a)} beats {', '.join(beaten)}"
-                         + (f"; not separated from {', '.join(tied)}" if tied else "") + ".")  # fmt: skip
+            tail = f"; not separated from {', '.join(tied)}" if tied else ""
+            lines.append(f"- {label(*a)} beats {', '.join(beaten)}{tail}.")
         elif tied:
             lines.append(f"- {label(*a)} is not separated from {', '.join(tied)}.")
     return lines
 
 
-# -- results.md ------------------------------------------------------------------------------------
-def render_results(data: dict) -> str:
-    b, runs = data["budget"], data["runs"]
+# -- results.md: every scheme trained on `shapes` -----------------------------------------------------------
+def render_results(d: dict) -> str:
+    b = d["budget"]
     default = b["default_pos_lr_scale"]
     by = defaultdict(list)  # (pos, stem, scale) -> runs
-    for r in runs:
+    for r in d["runs"]:
         by[r["pos"], r["stem"], r["pos_lr_scale"]].append(r)
-    order = list(dict.fromkeys((r["pos"], r["stem"]) for r in runs))
-    head = [
+    order = list(dict.fromkeys((r["pos"], r["stem"]) for r in d["runs"]))
+    trained = [k for k in order if by.get((*k, default))]
+    learns = [k for k in trained if by[(*k, default)][0]["pos_params"]]  # schemes with position parameters
+
+    def top1(key: tuple[str, str], scale: float = default) -> list[float]:
+        return [r["test_top1"] for r in sorted(by.get((*key, scale), []), key=lambda r: r["seed"])]
+
+    lines = [
         "# Every scheme on the embedded `shapes` set, default budget",
         "",
-        f"Made by `{data['command']}` and `python benchmarks/render.py` ({machine_line(data['machine'])}).",
+        made(d),
         "",
         f"Budget: `python train.py --pos P --seed K` with nothing else: ViT {b['embed_dim']} wide, "
         f"{b['depth']} blocks, {b['num_heads']} heads, patch {b['patch_size']} at {b['img_size']} px, "
         f"{b['train_size']} generated training images, {b['epochs']} epochs, batch {b['batch_size']}, "
-        f"AdamW lr {b['lr']:g}, position parameters at "
-        f"lr x {default:g} (`--pos-lr-scale`). Val and test: {b['val_size']} and {b['test_size']} images. Chance is "
-        f"{pct(CHANCE)} %; a model blind to patch order can reach at most {pct(BAG_CEILING)} % (the reference shape, "
-        "not the relation).",
+        f"AdamW lr {b['lr']:g}, position parameters at lr x {default:g} (`--pos-lr-scale`), fp32 on the CPU. "
+        f"Val and test: {b['val_size']} and {b['test_size']} images. Chance is {pct(CHANCE)} %; a model blind to "
+        f"patch order can reach at most {pct(BAG_CEILING)} % (the reference shape, not the relation).",
         "",
-        "The six mission runs are trained with every seed, every other scheme with seed 0, and the three best of "
-        f"those by seed-0 validation top-1 ({', '.join(label(*t.split(':')) for t in data.get('top_others', []))}) "
+        "The six main runs (`learned`, `sincos2d`, `rope2d`, `relbias` and `none` with the patch stem, `none` with "
+        "the conv stem) are trained with every seed, every other scheme with seed 0, and the three best of those by "
+        f"seed-0 validation top-1 ({', '.join(label(*t.split(':')) for t in d.get('top_others', []))}) "
         "with every seed too. "
         "Cells: mean test top-1 in % over seeds, [95 % t-interval], (seeds). Train time: wall time of `Trainer.fit` "
         "(training and per-epoch validation) with one thread per run, two runs at a time, alongside other jobs: "
         "it varies with the machine's load, not only with the scheme.",
         "",
-        "| scheme | test top-1 | best val top-1 | train time |",
-        "|---|---|---|---|",
     ]
-    for pos, stem in order:
-        rs = by.get((pos, stem, default)) or []
-        if rs:
-            secs = sum(r["train_seconds"] for r in rs) / len(rs)
-            head.append(f"| {label(pos, stem)} | {interval([r['test_top1'] for r in rs])} | "
-                        f"{interval([r['best_val_top1'] for r in rs])} | {secs:.0f} s |")  # fmt: skip
-    lines = head + ["", "## The position learning-rate rule", ""]
-    lines.append(
+    rows = []
+    for k in trained:
+        rs = by[(*k, default)]
+        secs = sum(r["train_seconds"] for r in rs) / len(rs)
+        rows.append([label(*k), interval(top1(k)), interval([r["best_val_top1"] for r in rs]), f"{secs:.0f} s"])
+    lines += table(["scheme", "test top-1", "best val top-1", "train time"], rows)
+    lines += [
+        "",
+        "## The position learning-rate rule",
+        "",
         f"The position scheme's own parameters train at lr x `pos_lr_scale` (default {default:g}), the same rule "
         "for every scheme. Under Adam a parameter moves at most about the summed learning rate, ~0.3 over the "
         "default schedule, while a table that starts at std .02 must grow to the scale of the tokens. Rule off "
         "(scale 1) against the default, test top-1; schemes without position parameters "
-        f"({', '.join(label(p, s) for p, s in order if not any(r['pos_params'] for r in by.get((p, s, default), [])))}"
-        ") train identically at every scale."
-    )
-    lines += ["", f"| scheme | scale 1 | scale {default:g} |", "|---|---|---|"]
-    for pos, stem in order:
-        off = by.get((pos, stem, 1.0))
-        on = by.get((pos, stem, default))
-        if off and on and on[0]["pos_params"]:
-            lines.append(f"| {label(pos, stem)} | {interval([r['test_top1'] for r in off])} | "
-                         f"{interval([r['test_top1'] for r in on])} |")  # fmt: skip
+        f"({', '.join(label(*k) for k in trained if k not in learns)}) train identically at every scale.",
+        "",
+    ]
+    ablated = [k for k in learns if by.get((*k, 1.0))]
+    lines += table(["scheme", "scale 1", f"scale {default:g}"],
+                   [[label(*k), interval(top1(k, 1.0)), interval(top1(k))] for k in ablated])  # fmt: skip
     lines.append("")
-    seeded = [[r["test_top1"] for r in v] for k, v in by.items() if k[2] == default and len(v) >= 3]
-    seed_range = max((max(v) - min(v) for v in seeded), default=math.nan)
-    for pos, stem in order:  # a single rule-off seed held against the default's interval, or its single seed
-        off, on = by.get((pos, stem, 1.0)), [r["test_top1"] for r in by.get((pos, stem, default), [])]
-        if not off or len(off) != 1 or not on or not any(r["pos_params"] for r in by[pos, stem, default]):
+    seed_range = max((max(v) - min(v) for v in map(top1, trained) if len(v) >= 3), default=math.nan)
+    for k in ablated:  # a single rule-off seed, held against the default's interval or its single seed
+        off, on = top1(k, 1.0), top1(k)
+        if len(off) != 1:
             continue
-        v = off[0]["test_top1"]
         if len(on) >= 2:
             _, lo, hi = mean_ci(on)
-            where = "inside" if lo <= v <= hi else "above" if v > hi else "below"
-            lines.append(f"- {label(pos, stem)}: scale 1 scores {pct(v)} (one seed), {where} the 95 % interval of "
+            where = "inside" if lo <= off[0] <= hi else "above" if off[0] > hi else "below"
+            lines.append(f"- {label(*k)}: scale 1 scores {pct(off[0])} (one seed), {where} the 95 % interval of "
                          f"scale {default:g}.")  # fmt: skip
         else:
-            gap, side = on[0] - v, "above" if on[0] >= v else "below"
-            lines.append(f"- {label(pos, stem)}: scale {default:g} is {pct(abs(gap))} points {side} "
-                         f"scale 1 (one seed each; the widest seed-to-seed range of a scheme with three seeds is "
+            side = "above" if on[0] >= off[0] else "below"
+            lines.append(f"- {label(*k)}: scale {default:g} is {pct(abs(on[0] - off[0]))} points {side} scale 1 "
+                         "(one seed each; the widest seed-to-seed range of a scheme with three seeds is "
                          f"{pct(seed_range)} points).")  # fmt: skip
-    scales = sorted({r["pos_lr_scale"] for r in runs})
-    swept = [(p, s) for p, s in order if sum(1 for sc in scales if by.get((p, s, sc))) > 2]
+    scales = sorted({r["pos_lr_scale"] for r in d["runs"]})
+    swept = [k for k in order if sum(1 for sc in scales if by.get((*k, sc))) > 2]
     if swept:
-        header = "| scheme | " + " | ".join(f"x {sc:g}" for sc in scales) + " |"
-        lines += ["", "Every scale measured (test top-1 of each seed, seeds 0 / 1 / 2 where run):", "", header,
-                  "|---|" + "---|" * len(scales)]  # fmt: skip
-        for pos, stem in swept:
-            seeds = [sorted(by.get((pos, stem, sc), []), key=lambda r: r["seed"]) for sc in scales]
-            cells = [" / ".join(pct(r["test_top1"]) for r in rs) or "–" for rs in seeds]
-            lines.append(f"| {label(pos, stem)} | " + " | ".join(cells) + " |")
+        lines += ["", "Every scale measured (test top-1 of each seed, seeds 0 / 1 / 2 where run):", ""]
+        cells = [[label(*k)] + [" / ".join(map(pct, top1(k, sc))) or "–" for sc in scales] for k in swept]
+        lines += table(["scheme", *(f"x {sc:g}" for sc in scales)], cells)
     lines += ["", "## What the intervals allow", ""]
-    bag = by.get(("none", "patch", default))
-    if bag:
-        m = mean_ci([r["test_top1"] for r in bag])[0]
-        lines.append(f"- `none` with the patch stem (exactly blind to patch order) scores {pct(m)} %, against the "
-                     f"{pct(BAG_CEILING)} % a bag of patches can reach.")  # fmt: skip
-    lines += comparisons({k[:2]: [r["test_top1"] for r in v] for k, v in by.items() if k[2] == default})
-    blind = [(p, s) for p, s in order if (p, s) != ("none", "patch") and by.get((p, s, default))
-             and mean_ci([r["test_top1"] for r in by[p, s, default]])[0] <= BAG_CEILING + 0.01]  # fmt: skip
+    if by.get(("none", "patch", default)):
+        lines.append(f"- `none` with the patch stem (exactly blind to patch order) scores "
+                     f"{pct(mean_ci(top1(('none', 'patch')))[0])} %, against the {pct(BAG_CEILING)} % a bag of "
+                     "patches can reach.")  # fmt: skip
+    lines += comparisons({k: top1(k) for k in trained})
+    blind = [k for k in trained if k != ("none", "patch") and mean_ci(top1(k))[0] <= BAG_CEILING + 0.01]
     if blind:
         lines.append(
             f"- At the bag-of-patches ceiling: {', '.join(label(*k) for k in blind)}. The classes are the four "
@@ -160,42 +167,30 @@ def render_results(data: dict) -> str:
             "the patch grid (`alibi2d`'s bias is a function of the offset's length only) cannot tell them apart."
         )
     ref = anchors()["small_data_cifar"]
-    lines += ["", f"Published, for orientation ({ref['source']}): {ref['setting']}. CIFAR-10 top-1: "
-              + ", ".join(f"{k} {v}" for k, v in ref["cifar10"].items()) + ". Relative bias is not a weak scheme when "
-              "it gets to learn."]  # fmt: skip
+    cifar10 = ", ".join(f"{k} {v}" for k, v in ref["cifar10"].items())
+    lines += ["", f"Published, for orientation ({ref['source']}): {ref['setting']}. CIFAR-10 top-1: {cifar10}. "
+              "Relative bias is not a weak scheme when it gets to learn."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
-# -- resolution.md ------------------------------------------------------------------------------------
-def _res_key(rec: dict) -> tuple[int, int]:
-    return rec["height"], rec["width"]
-
-
+# -- resolution.md and fashion_mnist.md: transfer to other resolutions ----------------------------------------
 def transfer_section(recs: list[dict], train: int, png: Path, chance: float) -> list[str]:
     """The transfer table (every scheme and method, mean [interval] over seeds), where methods separate, the plot."""
     cells = defaultdict(list)  # (scheme, stem, method, (h, w)) -> top-1 per seed
     for r in recs:
-        cells[r["scheme"], r["stem"], r["method"], _res_key(r)].append(r["top1"])
-    grids = sorted({_res_key(r) for r in recs}, key=lambda hw: (hw[0] * hw[1], hw))
+        cells[r["scheme"], r["stem"], r["method"], (r["height"], r["width"])].append(r["top1"])
+    grids = sorted({(r["height"], r["width"]) for r in recs}, key=lambda hw: (hw[0] * hw[1], hw))
     rows = list(dict.fromkeys((r["scheme"], r["stem"], r["method"], r["default_method"]) for r in recs))
-    lines = [
-        "| scheme | method | " + " | ".join(f"{h}" if h == w else f"{h}x{w}" for h, w in grids) + " |",
-        "|---|---|" + "---|" * len(grids),
-    ]
-    for scheme, stem, method, is_default in rows:
-        vals = [
-            interval(cells[scheme, stem, method, g]) if cells.get((scheme, stem, method, g)) else "–" for g in grids
-        ]
-        name = method + (" (default)" if is_default else "")
-        lines.append(f"| {label(scheme, stem)} | {name} | " + " | ".join(vals) + " |")
+    body = [[label(s, st), m + (" (default)" if default else "")]
+            + [interval(cells[s, st, m, g]) if cells.get((s, st, m, g)) else "–" for g in grids]
+            for s, st, m, default in rows]  # fmt: skip
+    lines = table(["scheme", "method", *(f"{h}" if h == w else f"{h}x{w}" for h, w in grids)], body)
     lines += ["", "Where the methods of one scheme separate (95 % intervals over seeds):", ""]
     for scheme, stem in dict.fromkeys((s, st) for s, st, _, _ in rows):
         methods = [m for s, st, m, _ in rows if (s, st) == (scheme, stem)]
         for g in grids:
             best = max(methods, key=lambda m: mean_ci(cells.get((scheme, stem, m, g)) or [0.0])[0])
-            worse = [
-                m for m in methods if m != best and separated(cells[scheme, stem, best, g], cells[scheme, stem, m, g])
-            ]
+            worse = [m for m in methods if separated(cells[scheme, stem, best, g], cells[scheme, stem, m, g])]
             if worse:
                 lines.append(
                     f"- {label(scheme, stem)} at {g[0]}x{g[1]}: `{best}` beats {', '.join(f'`{m}`' for m in worse)}."
@@ -204,92 +199,86 @@ def transfer_section(recs: list[dict], train: int, png: Path, chance: float) -> 
     return lines + ["", f"![top-1 against resolution]({png.name})"]
 
 
-def temperature_section(temp: list[dict], runs: str) -> list[str]:
+def temperature_section(temp: list[dict]) -> list[str]:
     """YaRN's attention temperature, scale from the larger axis or from the token-count ratio, over seeds."""
     by = defaultdict(list)
     for t in temp:
         by[t["temperature"], t["resolution"]].append(t["top1"])
     res = list(dict.fromkeys(t["resolution"] for t in temp))
-    lines = [f"Attention temperature of `yarn` on the {runs}, the scale s taken from the larger axis "
-             "(`yarn_temperature=axis`) or from the token-count ratio (`tokens`):", "",
-             "| temperature | " + " | ".join(res) + " |", "|---|" + "---|" * len(res)]  # fmt: skip
-    for mode in ("axis", "tokens"):
-        lines.append(f"| {mode} | " + " | ".join(interval(by[mode, r]) for r in res) + " |")
-    for r in res:
-        a, t = by["axis", r], by["tokens", r]
-        if separated(a, t):
-            lines.append(f"- at {r}: `{'axis' if mean_ci(a)[0] > mean_ci(t)[0] else 'tokens'}` is better.")
-    if not any(separated(by["axis", r], by["tokens", r]) for r in res):
-        lines.append("- The two temperatures are not separated at any of these sizes.")
-    return lines
+    lines = ["Attention temperature of `yarn` on the `rope2d` runs, the scale s taken from the larger axis "
+             "(`yarn_temperature=axis`) or from the token-count ratio (`tokens`):", ""]  # fmt: skip
+    lines += table(
+        ["temperature", *res], [[mode] + [interval(by[mode, r]) for r in res] for mode in ("axis", "tokens")]
+    )
+    better = [(r, "axis" if mean_ci(by["axis", r])[0] > mean_ci(by["tokens", r])[0] else "tokens")
+              for r in res if separated(by["axis", r], by["tokens", r])]  # fmt: skip
+    lines += [f"- at {r}: `{mode}` is better." for r, mode in better]
+    return lines + ([] if better else ["- The two temperatures are not separated at any of these sizes."])
 
 
-def render_resolution(data: dict, png: Path) -> str:
-    train = data["train_resolution"]
+def render_resolution(d: dict, png: Path) -> str:
+    train, blend = d["train_resolution"], d["yarn_blend"]
     lines = [
         "# Resolution transfer on `shapes`",
         "",
-        f"Made by `{data['command']}` and `python benchmarks/render.py` ({machine_line(data['machine'])}), on the "
-        f"runs of docs/results.md (trained at {train} px). The first {data['limit']} images of the test split, "
-        "rendered natively at each resolution. "
-        "Cells: mean top-1 in % over seeds, [95 % t-interval], (seeds); the first method of each scheme is its "
-        "default.",
+        made(d),
         "",
-        *transfer_section(data["records"], train, png, CHANCE),
+        f"On the runs of docs/results.md (trained at {train} px). The first {d['limit']} images of the test split, "
+        "rendered natively at each resolution. Cells: mean top-1 in % over seeds, [95 % t-interval], (seeds); the "
+        "first method of each scheme is its default.",
+        "",
+        *transfer_section(d["records"], train, png, CHANCE),
+        "",
+        "## YaRN for image grids",
+        "",
+        "Per rotary frequency of one axis (`rope2d`, theta 100, the default head width, "
+        f"{blend['train_len']} tokens trained per axis): gamma = 1 keeps the frequency, 0 interpolates it "
+        "(vitpos/pos/rope2d.py, `yarn_ramp`), and the frequency served at 1.5x and 2x the trained axis, "
+        "relative to the trained one.",
+        "",
     ]
-    blend = data["yarn_blend"]
-    lines += ["", "## YaRN for image grids", "",
-              "Per rotary frequency of one axis (`rope2d`, theta 100, the default head width, "
-              f"{blend['train_len']} tokens trained per axis): gamma = 1 keeps the frequency, 0 interpolates it "
-              "(vitpos/pos/rope2d.py, `yarn_ramp`), and the frequency served at 1.5x and 2x the trained axis, "
-              "relative to the trained one.", "",
-              "| k | f_k | gamma | " + " | ".join(f"f'/f at {s}x" for s in blend["ratio"]) + " |",
-              "|---|---|---|" + "---|" * len(blend["ratio"])]  # fmt: skip
-    for k, (f, g) in enumerate(zip(blend["frequencies"], blend["gamma"], strict=True)):
-        lines.append(
-            f"| {k} | {f:.4f} | {g:.2f} | " + " | ".join(f"{v[k]:.3f}" for v in blend["ratio"].values()) + " |"
-        )
-    if data["yarn_temperature"]:
-        lines += ["", *temperature_section(data["yarn_temperature"], "`rope2d` runs")]
+    rows = [[str(k), f"{f:.4f}", f"{g:.2f}", *(f"{v[k]:.3f}" for v in blend["ratio"].values())]
+            for k, (f, g) in enumerate(zip(blend["frequencies"], blend["gamma"], strict=True))]  # fmt: skip
+    lines += table(["k", "f_k", "gamma", *(f"f'/f at {s}x" for s in blend["ratio"])], rows)
+    if d["yarn_temperature"]:
+        lines += ["", *temperature_section(d["yarn_temperature"])]
     return "\n".join(lines) + "\n"
 
 
-# -- fashion_mnist.md ---------------------------------------------------------------------------------
-def render_fashion_mnist(data: dict, curves_png: Path, res_png: Path) -> str:
-    b, runs = data["budget"], data["runs"]
+def render_fashion_mnist(d: dict, curves_png: Path, res_png: Path) -> str:
+    b = d["budget"]
     by = defaultdict(list)
-    for r in runs:
+    for r in d["runs"]:
         by[r["pos"], r["stem"]].append(r)
     order = sorted(by, key=lambda k: -mean_ci([r["test_top1"] for r in by[k]])[0])
-    seeds = sorted({r["seed"] for r in runs})
+    seeds = sorted({r["seed"] for r in d["runs"]})
     lines = [
         "# Fashion-MNIST: the position schemes on real data",
         "",
-        f"Made by `{data['command']}` and `python benchmarks/render.py` ({machine_line(data['machine'])}).",
+        made(d),
         "",
         f"Budget: `python train.py --config {b['config']} --pos P --stem S --seed K` (seeds "
         f"{', '.join(map(str, seeds))}): ViT {b['embed_dim']} wide, {b['depth']} blocks, {b['num_heads']} heads, "
         f"patch {b['patch_size']} at {b['img_size']} px, a fixed subset of {b['train_limit']} training images "
         f"(the same for every seed), {b['holdout_size']} validation images carved from the rest of train, "
         f"{b['epochs']} epochs of batch {b['batch_size']}, AdamW lr {b['lr']:g}, position parameters at "
-        f"lr x {b['pos_lr_scale']:g}. Test: the 10,000 test images, best checkpoint by validation. Data: Debian's "
-        "`dataset-fashion-mnist` (the original idx files, read offline). Chance is 10 %.",
+        f"lr x {b['pos_lr_scale']:g}, fp32 on the CPU. Test: the 10,000 test images, best checkpoint by validation. "
+        "Data: Debian's `dataset-fashion-mnist` (the original idx files, read offline). Chance is 10 %.",
         "",
         "Cells: mean in % over seeds, [95 % t-interval], (seeds). Last 3 epochs: how much the mean validation top-1 "
         "moved over the last three epochs, the test of a flattened curve. Train time: one thread per run, two runs "
         "at a time, alongside other jobs.",
         "",
-        "| scheme | test top-1 | best val top-1 | last 3 epochs | train time |",
-        "|---|---|---|---|---|",
     ]
-    drift = {}
+    drift, rows = {}, []
     for k in order:
         rs = by[k]
         curve = [sum(c) / len(c) for c in zip(*(r["val_curve"] for r in rs), strict=False)]
         drift[k] = curve[-1] - curve[-4] if len(curve) >= 4 else math.nan
         secs = sum(r["train_seconds"] for r in rs) / len(rs)
-        test, val = interval([r["test_top1"] for r in rs]), interval([r["best_val_top1"] for r in rs])
-        lines.append(f"| {label(*k)} | {test} | {val} | {100 * drift[k]:+.1f} | {secs:.0f} s |")
+        rows.append([label(*k), interval([r["test_top1"] for r in rs]), interval([r["best_val_top1"] for r in rs]),
+                     f"{100 * drift[k]:+.1f}", f"{secs:.0f} s"])  # fmt: skip
+    lines += table(["scheme", "test top-1", "best val top-1", "last 3 epochs", "train time"], rows)
     moving = [label(*k) for k in order if not abs(drift[k]) < 0.01]
     flat = (
         f"Still moving by 1 point or more over the last three epochs: {', '.join(moving)}."
@@ -303,19 +292,33 @@ def render_fashion_mnist(data: dict, curves_png: Path, res_png: Path) -> str:
               f"Whole-image resize to each resolution (`--resize full`), every transfer method, on the first "
               f"{b['eval_limit'] or 10000} test images, from each run's last checkpoint. Cells as above; the first "
               "method of each scheme is its default.", "",
-              *transfer_section(data["records"], b["img_size"], res_png, 0.1)]  # fmt: skip
-    if data["yarn_temperature"]:
-        lines += ["", "## YaRN's temperature", "", *temperature_section(data["yarn_temperature"], "`rope2d` runs")]
+              *transfer_section(d["records"], b["img_size"], res_png, 0.1)]  # fmt: skip
+    if d["yarn_temperature"]:
+        lines += ["", "## YaRN's temperature", "", *temperature_section(d["yarn_temperature"])]
     return "\n".join(lines) + "\n"
 
 
-def plot_curves(by: dict, order: list, png: Path) -> None:
+def axes():
+    """A figure and its axes, drawn without a display."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    return plt.subplots(figsize=(7, 4.5))
+
+
+def save(fig, ax, png: Path, legend: str) -> None:
+    import matplotlib.pyplot as plt
+
+    ax.legend(fontsize=7, loc=legend)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def plot_curves(by: dict, order: list, png: Path) -> None:
+    fig, ax = axes()
     for i, k in enumerate(order):
         curves = [r["val_curve"] for r in by[k]]
         n = min(map(len, curves))
@@ -323,55 +326,30 @@ def plot_curves(by: dict, order: list, png: Path) -> None:
         ax.plot(range(1, n + 1), mean, marker="os^Dv<>ph*"[i % 10], markersize=3, linestyle="-" if i < 6 else "--",
                 label=f"{k[0]}{' (conv)' if k[1] == 'conv' else ''}")  # fmt: skip
     ax.set(xlabel="epoch", ylabel="validation top-1 (%), mean over seeds")
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    save(fig, ax, png, "lower right")
 
 
 def plot_resolution(cells: dict, rows: list, grids: list, train: int, png: Path, chance: float) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     square = [g for g in grids if g[0] == g[1]]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    markers = "osD^v<>ph*"
-    for i, (scheme, stem, method, _) in enumerate(r for r in rows if r[3]):
-        pts = [(g[0], mean_ci(cells[scheme, stem, method, g])) for g in square if cells.get((scheme, stem, method, g))]
-        xs = [x for x, _ in pts]
-        ys = [100 * m for _, (m, _, _) in pts]
-        err = [[100 * (m - lo) if not math.isnan(lo) else 0 for _, (m, lo, _) in pts],
-               [100 * (hi - m) if not math.isnan(hi) else 0 for _, (m, _, hi) in pts]]  # fmt: skip
-        ax.errorbar(xs, ys, yerr=err, marker=markers[i % len(markers)], linestyle="-" if i < 6 else "--",
-                    capsize=3, label=f"{scheme}{' (conv)' if stem == 'conv' else ''}: {method}")  # fmt: skip
+    fig, ax = axes()
+    for i, (scheme, stem, method, _) in enumerate(r for r in rows if r[3]):  # each scheme's default method
+        xs = [g[0] for g in square if cells.get((scheme, stem, method, g))]
+        stats = [mean_ci(cells[scheme, stem, method, (x, x)]) for x in xs]
+        err = [[0 if math.isnan(lo) else 100 * (m - lo) for m, lo, _ in stats],
+               [0 if math.isnan(hi) else 100 * (hi - m) for m, _, hi in stats]]  # fmt: skip
+        ax.errorbar(xs, [100 * m for m, _, _ in stats], yerr=err, marker="osD^v<>ph*"[i % 10],
+                    linestyle="-" if i < 6 else "--", capsize=3,
+                    label=f"{scheme}{' (conv)' if stem == 'conv' else ''}: {method}")  # fmt: skip
     ax.axhline(100 * chance, color="grey", linestyle=":", label="chance")
     ax.axvline(train, color="black", linewidth=0.8, label=f"trained at {train} px")
     ax.set(xlabel="test resolution (px)", ylabel="test top-1 (%)", ylim=(0, 100), xticks=[g[0] for g in square])
-    ax.legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    save(fig, ax, png, "lower left")
 
 
-# -- measurement pages: performance, performance_compile, export, liere_cost, data, diagnostics --------------
+# -- measurement pages: performance, performance_compile, export, data, diagnostics --------------
 TIMM = {"learned": "`VisionTransformer`", "rope2d": "`vit_small_patch16_rope_224` (an `Eva`, RoPE-Axial)",
         "relbias": "`VisionTransformerRelPos(rel_pos_type='bias')`"}  # fmt: skip
-GOALS = {"timm": 1.0, "overhead": {"learned": 5, "sincos2d": 5, "rope2d": 10, "relbias": 10}, "shapes": 10.0}
 GPUS_PER_NODE = 8
-
-
-def made(d: dict) -> str:
-    m, load = d["machine"], d["load_average"][0]
-    busy = f" (over {m['cores']}: other work shared the machine, so the ratios within a round are what compare)"
-    busy = busy if load > m["cores"] else ""
-    return (f"Made by `{d['command']}`, then `python benchmarks/render.py`: {m['date']}, {m['cpu']}, {m['cores']} "
-            f"cores, torch {m['torch']}, 1-minute load average {load:g} at the start{busy}.")  # fmt: skip
-
-
-def table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(r) + " |" for r in [headers, ["---"] * len(headers), *rows]]
 
 
 def spread(v: list[float], spec: str) -> str:
@@ -391,12 +369,14 @@ def model_line(d: dict) -> str:
             f"round-robin, {d['repeats']} rounds of {d['steps']} steps.")  # fmt: skip
 
 
-def render_performance(d: dict) -> str:
+def render_performance(d: dict, export: dict | None = None) -> str:
+    """Training throughput from benchmarks/throughput.py; CPU inference under onnxruntime from ``export``
+    (docs/export.json, benchmarks/export.py) where given."""
     peaks = anchors()["gpu_peak_tflops"]
     spec = next((v[d["dtype"]] for k, v in peaks.items() if k != "source" and k in (d["gpu"] or "")), None)
-    lines = ["# Training throughput against timm", "", made(d), "", model_line(d) + " Step: forward, cross-entropy, "
-             "backward, AdamW. img/s: median over rounds; *vs timm* and *overhead vs `none`*: medians of per-round "
-             "ratios, (lowest to highest round). Memory: peak of one step above the resting state. FLOPs: "
+    lines = ["# Throughput", "", "## Training against timm", "", made(d), "", model_line(d) + " Step: forward, "
+             "cross-entropy, backward, AdamW. img/s: median over rounds; *vs timm* and *overhead vs `none`*: medians "
+             "of per-round ratios, (lowest to highest round). Memory: peak of one step above the resting state. FLOPs: "
              "`FlopCounterMode` on one forward; achieved = 3 x forward FLOPs x img/s, against a square matmul "
              f"measured in the same run ({d['matmul_peak_tflops']:.3g} TFLOP/s)"
              + (f" and the datasheet's {spec} TFLOP/s ({peaks['source']})." if spec else "."), "",
@@ -404,10 +384,10 @@ def render_performance(d: dict) -> str:
              + "; ".join(f"`{k}` against {v}" for k, v in TIMM.items()) + "."]  # fmt: skip
     if d["quick"]:
         lines += ["", "**Smoke-test settings (`--quick`): these numbers show that the benchmark runs, nothing more.**"]
-    checks, data = [], []
+    shapes = []
     for g in d["grids"]:
         c, side = g["contenders"], g["img_size"] // d["patch_size"]
-        lines += ["", f"## {side}x{side} grid ({side * side} tokens, {g['img_size']} px, batch {g['batch']})", ""]
+        lines += ["", f"### {side}x{side} grid ({side * side} tokens, {g['img_size']} px, batch {g['batch']})", ""]
         rows = []
         for name, r in c.items():
             ratio = per_round(r["img_s"], c[f"timm:{name}"]["img_s"]) if f"timm:{name}" in c else None
@@ -420,24 +400,15 @@ def render_performance(d: dict) -> str:
                          f"{r['memory_mib']:.0f}", f"{r['gflops_fwd']:.4g}", f"{tflops:.3g}",
                          f"{100 * tflops / d['matmul_peak_tflops']:.1f} %"]
                         + ([f"{100 * tflops / spec:.1f} %"] if spec else []))  # fmt: skip
-            if ratio:
-                checks.append((f"`{name}` / timm, {side}x{side}", ratio, ">=", GOALS["timm"]))
-            if over and name in GOALS["overhead"]:
-                what = f"`{name}` overhead vs `none` (%), {side * side} tokens"
-                checks.append((what, over, "<=", GOALS["overhead"][name]))
         heads = ["model", "img/s", "vs timm", "overhead vs `none`", "step memory (MiB)", "GFLOPs/img (fwd)"]
         lines += table([*heads, "achieved TFLOP/s", "of measured peak", *(["of datasheet"] if spec else [])], rows)
         train, rate = max(median(r["img_s"]) for n, r in c.items() if ":" not in n), g["shapes_img_s"]
-        data.append([f"{g['img_size']} px", f"{rate:.0f}", f"{train:.0f}", f"{rate / train:.1f}x"])
-        checks.append((f"`shapes` rendered / trained img/s, {g['img_size']} px", [rate / train], ">=", GOALS["shapes"]))
-    lines += ["", "## The embedded `shapes` set: rendering against training", "",
+        shapes.append([f"{g['img_size']} px", f"{rate:.0f}", f"{train:.0f}", f"{rate / train:.1f}x"])
+    lines += ["", "### The embedded `shapes` set: rendering against training", "",
               f"`render_shapes` ({d['data_images']} images) in the same process, against the fastest vitpos scheme's "
-              "training img/s.", "", *table(["size", "rendered img/s", "training img/s", "ratio"], data), "",
-              "## Goals", ""]  # fmt: skip
-    for what, v, op, goal in checks:
-        met = median(v) >= goal if op == ">=" else median(v) <= goal
-        close = " (rounds on both sides of it)" if min(v) <= goal <= max(v) else ""
-        lines.append(f"- {what}: {spread(v, '.3g')}, goal {op} {goal:g}: {'met' if met else 'missed'}{close}.")
+              "training img/s.", "", *table(["size", "rendered img/s", "training img/s", "ratio"], shapes)]  # fmt: skip
+    if export:
+        lines += ["", "## Inference on the CPU: onnxruntime against eager PyTorch", "", *export_section(export)]
     return "\n".join(lines) + "\n"
 
 
@@ -460,9 +431,10 @@ def render_performance_compile(d: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_export(d: dict) -> str:
+def export_section(d: dict) -> list[str]:
+    """The table of benchmarks/export.py: the exported ONNX file under onnxruntime against eager, per size."""
     m = d["model"]
-    lines = ["# Exported ONNX under onnxruntime against eager PyTorch (CPU inference)", "", made(d), "",
+    lines = [made(d), "",
              f"Model: {m['embed_dim']} wide, {m['depth']} blocks, {m['num_heads']} heads, patch {m['patch_size']}, "
              f"built at {m['img_size']} px, random weights. One ONNX file per scheme, exported once with dynamic "
              "batch, height and width (`python -m vitpos.export`), timed at every size against eager "
@@ -473,24 +445,13 @@ def render_export(d: dict) -> str:
     rows = [[f"`{r['scheme']}`", str(r["img_size"]), f"{r['eager_img_s']:.0f}", f"{r['onnxruntime_img_s']:.0f}",
              f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})", f"{r['max_rel_diff']:.1e}"]
             for r in d["rows"]]  # fmt: skip
-    lines += table(["scheme", "px", "eager img/s", "onnxruntime img/s", "onnxruntime / eager", "max rel. diff"], rows)
-    return "\n".join(lines) + "\n"
+    return lines + table(["scheme", "px", "eager img/s", "onnxruntime img/s", "onnxruntime / eager", "max rel. diff"],
+                         rows)  # fmt: skip
 
 
-def render_liere_cost(d: dict) -> str:
-    m = d["dims"]
-    lines = ["# LieRE's cost against rope2d", "", made(d), "",
-             f"Model: {m['embed_dim']} wide, {m['depth']} blocks, {m['num_heads']} heads, patch {m['patch_size']}, "
-             f"batch {d['batch']}, fp32, {d['threads']} thread(s). *Step*: zero_grad + forward + backward of a "
-             "cross-entropy loss; *position*: the scheme's own work per training step (every block's rotation, and "
-             f"its backward when it is learned). Round-robin; medians over {d['rounds']} rounds of {d['steps']} "
-             "steps.", ""]  # fmt: skip
-    base = {tuple(r["grid"]): r["step_ms"] for r in d["records"] if r["contender"] == "rope2d"}
-    rows = [[f"{r['grid'][0]}x{r['grid'][1]}", f"`{r['contender']}`", f"{r['step_ms']:.1f}",
-             f"{r['step_ms'] / base[tuple(r['grid'])]:.2f}x", f"{r['position_ms']:.2f}", f"{r['position_params']:,}"]
-            for r in d["records"]]  # fmt: skip
-    lines += table(["grid", "scheme", "step (ms)", "vs rope2d", "position (ms)", "position parameters"], rows)
-    return "\n".join(lines) + "\n"
+def render_export(d: dict) -> str:
+    title = "# Exported ONNX under onnxruntime against eager PyTorch (CPU inference)"
+    return "\n".join([title, "", *export_section(d)]) + "\n"
 
 
 def workers_needed(per_core: float, gpu_img_s: float, gpus: int = GPUS_PER_NODE) -> int:
@@ -543,38 +504,34 @@ def render_diagnostics(d: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-PAGES = {"performance": render_performance, "performance_compile": render_performance_compile,
-         "export": render_export, "liere_cost": render_liere_cost, "data": render_data,
-         "diagnostics": render_diagnostics}  # fmt: skip
+def read(path: Path) -> dict | None:
+    """A benchmark's JSON record, if there is one (a bare list in resolution.json is an evaluator's own output)."""
+    data = json.loads(path.read_text()) if path.is_file() else None
+    return data if isinstance(data, dict) else None
 
 
-def render_pages(docs: Path) -> int:
-    """The measurement pages whose JSON is in ``docs``: docs/<name>.md from docs/<name>.json."""
-    for name, page in PAGES.items():
-        src = docs / f"{name}.json"
-        if src.is_file():
-            src.with_suffix(".md").write_text(page(json.loads(src.read_text())))
-            print(f"wrote {src.with_suffix('.md')}")
-    return 0
+PAGES = {  # docs/<name>.md from its JSON record and the folder the record is in (plots go there too)
+    "results": lambda d, folder: render_results(d),
+    "resolution": lambda d, folder: render_resolution(d, folder / "resolution.png"),
+    "fashion_mnist": lambda d, folder: render_fashion_mnist(
+        d, folder / "fashion_mnist_curves.png", folder / "fashion_mnist_resolution.png"
+    ),
+    "performance": lambda d, folder: render_performance(d, read(folder / "export.json")),
+    "performance_compile": lambda d, folder: render_performance_compile(d),
+    "export": lambda d, folder: render_export(d),
+    "data": lambda d, folder: render_data(d),
+    "diagnostics": lambda d, folder: render_diagnostics(d),
+}
 
 
 def main() -> int:
-    if len(sys.argv) > 1:  # python benchmarks/render.py DIR: only the measurement pages, from DIR's JSON
-        return render_pages(Path(sys.argv[1]))
-    if (DOCS / "results.json").is_file():
-        (DOCS / "results.md").write_text(render_results(json.loads((DOCS / "results.json").read_text())))
-        print("wrote docs/results.md")
-    data = json.loads((DOCS / "resolution.json").read_text()) if (DOCS / "resolution.json").is_file() else None
-    if isinstance(data, dict):  # written by benchmarks/resolution_transfer.py (a bare list: an evaluator's own)
-        md = render_resolution(data, DOCS / "resolution.png")
-        (DOCS / "resolution.md").write_text(md)
-        print("wrote docs/resolution.md, docs/resolution.png")
-    if (DOCS / "fashion_mnist.json").is_file():
-        data = json.loads((DOCS / "fashion_mnist.json").read_text())
-        md = render_fashion_mnist(data, DOCS / "fashion_mnist_curves.png", DOCS / "fashion_mnist_resolution.png")
-        (DOCS / "fashion_mnist.md").write_text(md)
-        print("wrote docs/fashion_mnist.md, docs/fashion_mnist_curves.png, docs/fashion_mnist_resolution.png")
-    return render_pages(DOCS)
+    folder = Path(sys.argv[1]) if len(sys.argv) > 1 else DOCS
+    for name, page in PAGES.items():
+        data = read(folder / f"{name}.json")
+        if data is not None:
+            (folder / f"{name}.md").write_text(page(data, folder))
+            print(f"wrote {folder / name}.md")
+    return 0
 
 
 if __name__ == "__main__":

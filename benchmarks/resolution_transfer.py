@@ -19,10 +19,8 @@ import json
 import sys
 from pathlib import Path
 
-from common import ROOT, command, machine, sweep_runs  # noqa: E402
-from torch.utils.data import Subset
+from common import ROOT, transfer_study, write_record  # noqa: E402  (benchmarks/ is on sys.path as a script)
 
-from vitpos.evaluate import evaluate_model, make_trainer, parse_resolution, to_hw
 from vitpos.pos.rope2d import axial_frequencies, yarn_ramp
 
 RESOLUTIONS = ["24", "32", "48", "64"]
@@ -37,26 +35,6 @@ def yarn_blend(head_dim: int, theta: float, train_len: int, factors: list[float]
             "ratio": {f"{s:g}": (gamma + (1 - gamma) / s).tolist() for s in factors}}  # fmt: skip
 
 
-def temperature_study(ckpts: list[str], grids: list[str], limit: int = 0) -> list[dict]:
-    """Top-1 of `yarn` with each temperature mode, per checkpoint and grid (test split, rendered natively)."""
-    from vitpos.checkpoint import model_from_checkpoint
-    from vitpos.data import build_datamodule
-
-    rows, trainer = [], make_trainer()
-    for ckpt in ckpts:
-        for mode in ("axis", "tokens"):
-            cfg, model = model_from_checkpoint(ckpt)
-            model.pos.yarn_temperature = mode
-            dm = build_datamodule(cfg.data, img_size=cfg.model.img_size, seed=cfg.trainer.seed)
-            sets = [dm.eval_dataset(to_hw(parse_resolution(g)), "test") for g in grids]
-            if limit:  # the first images, as the evaluator's --limit takes them
-                sets = [Subset(ds, range(min(limit, len(ds)))) for ds in sets]
-            jobs = [(ds, "yarn") for ds in sets]
-            for g, (correct, seen) in zip(grids, evaluate_model(model, jobs, trainer), strict=True):
-                rows.append({"checkpoint": ckpt, "temperature": mode, "resolution": g, "top1": correct / seen})
-    return rows
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -69,24 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     results = json.loads(Path(args.results).read_text())
     default = results["budget"]["default_pos_lr_scale"]
     runs = [r for r in results["runs"] if r["pos_lr_scale"] == default]
-    ckpts = [str(ROOT / r["run"] / "checkpoints" / "last.ckpt") for r in runs]
-    sweep_dir = ROOT / args.sweep_dir
-    cmd = ["-m", "vitpos.evaluate", "--ckpt", *ckpts, "--resolutions", *args.resolutions, "--split", "test",
-           "--limit", str(args.limit), "--out", str(sweep_dir), "--overwrite"]  # fmt: skip
-    records = sweep_runs(cmd, runs, ckpts, sweep_dir)
-    rope = [c for c, r in zip(ckpts, runs, strict=True) if r["pos"] == "rope2d" and r["stem"] == "patch"]
     b = results["budget"]
-    doc = {
-        "command": command("resolution_transfer.py", argv),
-        "machine": machine(),
-        "train_resolution": b["img_size"],
-        "limit": args.limit,
-        "records": records,
-        "yarn_blend": yarn_blend(b["embed_dim"] // b["num_heads"], 100.0, b["img_size"] // b["patch_size"], [1.5, 2]),
-        "yarn_temperature": temperature_study(rope, TEMPERATURE_GRIDS, args.limit),
-    }
-    Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {args.json}; render with: python benchmarks/render.py")
+    blend = yarn_blend(b["embed_dim"] // b["num_heads"], 100.0, b["img_size"] // b["patch_size"], [1.5, 2])
+    study = transfer_study(runs, args.resolutions, args.limit, ROOT / args.sweep_dir, TEMPERATURE_GRIDS)
+    write_record(args.json, "resolution_transfer.py", argv, train_resolution=b["img_size"], limit=args.limit,
+                 **study, yarn_blend=blend)  # fmt: skip
     return 0
 
 

@@ -3,7 +3,7 @@
     python benchmarks/results.py                    # docs/results.json; then: python benchmarks/render.py
 
 Each run is ``python train.py --pos P --stem S --seed K --out RUNS/P-S-seedK`` with nothing else: the budget
-a user gets from ``python train.py --pos P``. The six mission runs get every seed; every other registry scheme
+a user gets from ``python train.py --pos P``. The six main runs get every seed; every other registry scheme
 gets the first seed, and the ``--top`` of those by validation top-1 get every seed too. Schemes with position
 parameters pass ``--pos-lr-scale X`` too (folders ``P-S-lrX-seedK``): the default scale for the headline table,
 and scale 1 (the rule off) for the ablation. Schemes without position parameters train identically at every
@@ -14,17 +14,14 @@ where it stopped.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
-from common import ROOT, command, machine, train_run  # noqa: E402  (benchmarks/ is on sys.path as a script)
+from common import MAIN_RUNS, ROOT, train_run, write_record  # noqa: E402  (benchmarks/ is on sys.path as a script)
 
 from vitpos import POS_SCHEMES, create_model
 from vitpos.config import Config
 
-MISSION = ["learned:patch", "sincos2d:patch", "rope2d:patch", "relbias:patch", "none:patch", "none:conv"]
-OTHERS = [f"{p}:patch" for p in POS_SCHEMES if f"{p}:patch" not in MISSION]
+OTHERS = [f"{p}:patch" for p in POS_SCHEMES if f"{p}:patch" not in MAIN_RUNS]
 
 
 def has_pos_params(pos: str) -> bool:
@@ -35,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     default_scale = Config().optim.pos_lr_scale
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", nargs="+", default=MISSION, metavar="POS:STEM", help="runs with --seeds")
+    p.add_argument("--runs", nargs="+", default=MAIN_RUNS, metavar="POS:STEM", help="runs with --seeds")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--others", nargs="*", default=OTHERS, metavar="POS:STEM", help="runs with seed 0 first")
     p.add_argument("--top", type=int, default=3, help="others (by seed-0 validation top-1) trained with --seeds too")
@@ -94,10 +91,7 @@ def main(argv: list[str] | None = None) -> int:
               "patch_size": cfg.model.patch_size, "img_size": cfg.model.img_size, "epochs": cfg.optim.epochs,
               "train_size": cfg.data.train_size, "val_size": cfg.data.val_size, "test_size": cfg.data.test_size,
               "batch_size": cfg.data.batch_size, "lr": cfg.optim.lr, "default_pos_lr_scale": default_scale}  # fmt: skip
-    doc = {"command": command("results.py", argv), "machine": machine(), "budget": budget, "top_others": top,
-           "runs": runs}  # fmt: skip
-    Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {args.json}; render with: python benchmarks/render.py")
+    write_record(args.json, "results.py", argv, budget=budget, top_others=top, runs=runs)
     return 0
 
 

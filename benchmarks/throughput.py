@@ -59,11 +59,6 @@ def amp(a: argparse.Namespace):
     return torch.autocast(a.device, dtype=torch.bfloat16) if a.dtype == "bf16" else contextlib.nullcontext()
 
 
-def sync(a: argparse.Namespace) -> None:
-    if a.device == "cuda":
-        torch.cuda.synchronize()
-
-
 def trainer(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, a: argparse.Namespace):
     """One training step of ``model`` on (x, y), its own AdamW."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05, fused=a.device == "cuda" or None)
@@ -84,7 +79,8 @@ def repeat(fn, n: int, a: argparse.Namespace):
     def run() -> None:
         for _ in range(n):
             fn()
-        sync(a)
+        if a.device == "cuda":
+            torch.cuda.synchronize()
 
     return run
 
@@ -189,27 +185,27 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="bf16 = autocast, fp32 weights")
-    p.add_argument("--model", choices=list(MODEL_PRESETS), help="size preset (default tiny; quick micro)")
+    p.add_argument("--model", choices=list(MODEL_PRESETS), default="tiny", help="size preset")
     p.add_argument("--patch-size", type=int, help="default 4 on cpu, 16 on cuda")
-    p.add_argument("--grids", type=int, nargs="+", help="token grid sides (default 8 16; quick 2 4)")
+    p.add_argument("--grids", type=int, nargs="+", default=[8, 16], help="token grid sides")
     p.add_argument("--img-sizes", type=int, nargs="+", help="image sides in px; overrides --grids")
-    p.add_argument("--batch-size", type=int, nargs="+", help="one value, or one per size (default 64; quick 8)")
+    p.add_argument("--batch-size", type=int, nargs="+", default=[64], help="one value, or one per size")
     p.add_argument("--schemes", nargs="+", choices=[*POS_SCHEMES, "all"], default=list(SCHEMES))
-    p.add_argument("--repeats", type=int, help="round-robin rounds (default 5; quick 2)")
-    p.add_argument("--steps", type=int, help="timed steps per contender per round (default 3; quick 1)")
-    p.add_argument("--warmup", type=int, help="warm-up steps per contender (default 2; quick 1)")
-    p.add_argument("--data-images", type=int, help="images rendered to time `shapes` (default 512; quick 32)")
+    p.add_argument("--repeats", type=int, default=5, help="round-robin rounds")
+    p.add_argument("--steps", type=int, default=3, help="timed steps per contender per round")
+    p.add_argument("--warmup", type=int, default=2, help="warm-up steps per contender")
+    p.add_argument("--data-images", type=int, default=512, help="images rendered to time `shapes`")
     p.add_argument("--compile", action="store_true", help="measure torch.compile against eager instead")
     p.add_argument("--eval-img-sizes", type=int, nargs="+", help="--compile's eval sizes (default: the last size)")
     p.add_argument("--out", help="JSON to write (default docs/performance.json, with --compile *_compile.json)")
     p.add_argument("--quick", action="store_true", help="tiny settings for a smoke test (seconds)")
+    if "--quick" in argv:  # defaults that run in seconds; flags given still win
+        p.set_defaults(model="micro", grids=[2, 4], batch_size=[8], repeats=2, steps=1, warmup=1, data_images=32)
     a = p.parse_args(argv)
-    q = a.quick
-    a.model, a.patch_size = a.model or ("micro" if q else "tiny"), a.patch_size or (16 if a.device == "cuda" else 4)
-    a.img_sizes = a.img_sizes or [g * a.patch_size for g in a.grids or ([2, 4] if q else [8, 16])]
-    a.batch_size = (a.batch_size or [8 if q else 64]) * (len(a.img_sizes) if len(a.batch_size or [0]) == 1 else 1)
-    a.repeats, a.steps, a.warmup = a.repeats or (2 if q else 5), a.steps or (1 if q else 3), a.warmup or (1 if q else 2)
-    a.data_images, a.eval_img_sizes = a.data_images or (32 if q else 512), a.eval_img_sizes or a.img_sizes[-1:]
+    a.patch_size = a.patch_size or (16 if a.device == "cuda" else 4)
+    a.img_sizes = a.img_sizes or [g * a.patch_size for g in a.grids]
+    a.batch_size = a.batch_size * len(a.img_sizes) if len(a.batch_size) == 1 else a.batch_size
+    a.eval_img_sizes = a.eval_img_sizes or a.img_sizes[-1:]
     a.schemes = list(POS_SCHEMES) if "all" in a.schemes else list(dict.fromkeys(a.schemes))
     if any(i % a.patch_size for i in a.img_sizes) or len(a.batch_size) != len(a.img_sizes):
         p.error("image sizes must be multiples of the patch size, and --batch-size one value or one per size")
@@ -218,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     setup = {"device": a.device, "dtype": a.dtype, "model": a.model, "dims": MODEL_PRESETS[a.model],
              "patch_size": a.patch_size, "num_classes": NUM_CLASSES, "repeats": a.repeats, "steps": a.steps,
              "warmup": a.warmup, "threads": torch.get_num_threads(), "timm": timm.__version__,
-             "gpu": torch.cuda.get_device_name() if a.device == "cuda" else None, "quick": q}  # fmt: skip
+             "gpu": torch.cuda.get_device_name() if a.device == "cuda" else None, "quick": a.quick}  # fmt: skip
     if a.compile:
         write_record(out, "throughput.py", argv, **setup, rows=bench_compile(a.img_sizes[-1], a.batch_size[-1], a))
         return 0

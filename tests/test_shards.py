@@ -7,6 +7,7 @@ training step saw can be read back from the normalised batch: no hook in vitpos 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -186,10 +187,22 @@ def test_quality_reencodes_as_jpeg_and_a_bad_source_image_is_one_line(folder, tm
     bad = tmp_path / "bad"
     shutil.copytree(folder, bad)
     (bad / "val" / "b" / "0001.png").write_bytes(b"not an image")
+    before = group_processes()
     code = shard.main(["--data", "imagefolder", "--data-dir", str(bad), "--out", str(tmp_path / "o"), "--splits", "val",
-                       "--workers", "1", "--quiet"])  # fmt: skip
+                       "--workers", "2", "--quiet"])  # fmt: skip
     err = capsys.readouterr().err.strip()
     assert code == 2 and "0001.png" in err and len(err.splitlines()) == 1, err
+    assert group_processes() <= before  # no writer, nor a process a writer started, outlives the failed command
+
+
+def group_processes() -> set[int]:
+    """The processes of this process group (Linux): what this process forks, and what those fork, stay in it."""
+    group, found = os.getpgid(0), set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) == group:  # fields after the name: state ppid pgrp
+                found.add(int(stat.parent.name))
+    return found
 
 
 # -- training and evaluation -------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ import multiprocessing
 import os
 import re
 import shutil
+import signal
 import sys
 import warnings
 from collections.abc import Sequence
@@ -97,6 +98,8 @@ class SampleWriter:
         return self._ds  # type: ignore[return-value]
 
     def __call__(self, i: int) -> dict[str, Any]:
+        if self._ds is None and self._dm is None and multiprocessing.parent_process() is not None:
+            _end_helpers_with_worker()  # the first item in a LitData worker process
         ds = self._source()
         if ds is None:  # shapes: rendered at img_size, the scene of index i of the split's stream
             from .shapes import render_shapes
@@ -115,6 +118,20 @@ class SampleWriter:
             pil, label = ds[i]
             data = encode_pil(pil, self.quality)
         return {"image": data, "label": int(label), "index": int(i)}
+
+
+def _end_helpers_with_worker() -> None:
+    """After any failure LitData ends its workers with SIGTERM. Each worker has started a helper process of its
+    own (a file remover, blocked on its queue until the worker's normal end), which would outlive the worker,
+    orphaned; so on SIGTERM a worker ends its helpers first."""
+
+    def end(signum: int, frame: Any) -> None:
+        for helper in multiprocessing.active_children():
+            helper.terminate()
+            helper.join()
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, end)
 
 
 def _label_of(ds: Dataset, i: int) -> int:
@@ -223,7 +240,8 @@ def write_shards(
                 )
             except RuntimeError as e:  # a worker failed; LitData passes on its traceback as text
                 for child in set(multiprocessing.active_children()) - before:
-                    child.terminate()  # LitData leaves the other writers waiting for work that never comes
+                    child.terminate()  # LitData has sent this already; wait until each worker has ended
+                    child.join()
                 found = re.search(r"ConfigError: (.*)", str(e))
                 why = found.group(1) if found else f"{str(e).strip().splitlines()[-1]}; rerun the command to continue"
                 raise ConfigError(f"{split}: {why}") from None
