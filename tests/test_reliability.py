@@ -101,6 +101,34 @@ def test_sigkill_then_resume_reaches_the_same_step_and_weights(tmp_path):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
 
 
+def test_a_new_metric_name_rewrites_the_history_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A new metric name makes the CSV writer rewrite metrics.csv under a wider header; a kill midway (here an
+    error after the header is written) leaves the old file, where Lightning's in-place rewrite left it empty."""
+    from vitpos.training import _KeepHistoryWriter
+
+    writer = _KeepHistoryWriter(str(tmp_path), resume_step=None)
+    writer.log_metrics({"train/loss": 1.0}, step=0)
+    writer.save()
+    before = (tmp_path / "metrics.csv").read_text()
+
+    def dies(self, rows):
+        raise KeyboardInterrupt("killed midway")
+
+    monkeypatch.setattr(csv.DictWriter, "writerows", dies)
+    writer.log_metrics({"val/top1": 0.5}, step=1)
+    with pytest.raises(KeyboardInterrupt):
+        writer.save()
+    assert (tmp_path / "metrics.csv").read_text() == before
+
+
+def test_a_resume_drops_a_row_torn_by_the_kill(tmp_path):
+    from vitpos.training import _KeepHistoryWriter
+
+    (tmp_path / "metrics.csv").write_text("epoch,step,train/loss\n0,9,2.5\n0,19,2.25\n0,29,2.1")  # killed mid-append
+    _KeepHistoryWriter(str(tmp_path), resume_step=32)
+    assert (tmp_path / "metrics.csv").read_text().splitlines() == ["epoch,step,train/loss", "0,9,2.5", "0,19,2.25"]
+
+
 def test_ckpt_every_n_steps_writes_last_mid_epoch(tmp_path):
     out = tmp_path / "run"
     assert main(["--pos", "none", "--out", str(out), *TINY, "--epochs", "1", "--train-size", "256",
