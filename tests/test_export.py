@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -26,10 +28,15 @@ from vitpos.export import (
     write_onnx,
 )
 
-# Depth 1 keeps an export (trace + ONNX conversion) to seconds; the training grid is 8x8 (32 px, patch 4).
+# Each registry scheme is exported once (module-scoped, below) and that export serves every test of it. An export
+# costs seconds whatever the model size (torch.export's trace and the ONNX exporter's decomposition pass, each a
+# trace with symbolic shapes; more for relbias and cpb, whose table resize is symbolic), so the model is the
+# smallest that still shows position: depth 1, dim 32, training grid 8x8 (32 px, patch 4).
 SMALL = dict(img_size=32, patch_size=4, embed_dim=32, depth=1, num_heads=4, num_classes=5)
 SIZES = [(32, 32), (24, 48), (64, 64)]  # the training size, a smaller non-square one, a larger one
 ROPE = [p for p in vitpos.POS_SCHEMES if "rope" in p]
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tracing and tiny models: one thread on a busy 2-core box
 
 
 def small(pos: str, **kw) -> vitpos.ViT:
@@ -44,52 +51,54 @@ def small(pos: str, **kw) -> vitpos.ViT:
     return model
 
 
-def run_onnx(path, x: torch.Tensor) -> torch.Tensor:
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
+def session(path) -> ort.InferenceSession:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
-# Exporting takes seconds per scheme: the default run exports the mission schemes and the learned-parameter
-# ones; every other registry scheme is exported under the `slow` marker (pytest -m slow).
-FAST = {"learned", "sincos2d", "rope2d", "relbias", "none", "rope2d-mixed", "cpb", "rope2d+learned"}
-SCHEMES = [pytest.param(p, marks=() if p in FAST else pytest.mark.slow) for p in vitpos.POS_SCHEMES]
+def run_onnx(path_or_session, x: torch.Tensor) -> torch.Tensor:
+    s = path_or_session if isinstance(path_or_session, ort.InferenceSession) else session(path_or_session)
+    return torch.from_numpy(s.run(None, {s.get_inputs()[0].name: x.numpy()})[0])
+
+
+@dataclass
+class Exported:
+    model: vitpos.ViT
+    program: torch.export.ExportedProgram
+    path: Path  # the ONNX file
+    session: ort.InferenceSession
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """exported(pos) -> (model, ExportedProgram, ONNX path), built once per scheme for the module."""
-    done: dict[str, tuple] = {}
+    """exported(pos) -> Exported: the scheme's small model, ExportedProgram and ONNX file, made once for the module."""
+    done: dict[str, Exported] = {}
     folder = tmp_path_factory.mktemp("export")
 
-    def get(pos: str):
+    def get(pos: str) -> Exported:
         if pos not in done:
-            n = torch.get_num_threads()
-            torch.set_num_threads(1)
-            try:
-                model = small(pos)
-                program = vitpos.export_program(model, dynamic=True)
-                done[pos] = (model, program, write_onnx(program, folder / f"{pos}.onnx"))
-            finally:
-                torch.set_num_threads(n)
+            model = small(pos)
+            program = vitpos.export_program(model, dynamic=True)
+            path = write_onnx(program, folder / f"{pos}.onnx")
+            done[pos] = Exported(model, program, path, session(path))
         return done[pos]
 
     return get
 
 
-@pytest.mark.parametrize("pos", SCHEMES)
+@pytest.mark.parametrize("pos", vitpos.POS_SCHEMES)
 def test_one_onnx_file_serves_every_size_with_vitpos_logits(exported, pos):
-    model, _, path = exported(pos)
+    e = exported(pos)
     for i, size in enumerate(SIZES):
         x = torch.randn(3 if i else 1, 3, *size)
         with torch.no_grad():
-            ref = model(x)
-        assert relative_difference(run_onnx(path, x), ref) <= RTOL, size
-    assert complex_values(onnx.load(str(path))) == []
+            ref = e.model(x)
+        assert relative_difference(run_onnx(e.session, x), ref) <= RTOL, size
+    assert complex_values(onnx.load(str(e.path))) == []
 
 
-@pytest.mark.parametrize("pos", SCHEMES)
+@pytest.mark.parametrize("pos", vitpos.POS_SCHEMES)
 def test_exported_program_has_dynamic_height_and_width(exported, pos):
-    model, program, _ = exported(pos)
+    model, program = exported(pos).model, exported(pos).program
     runner = program.module()
     for size in SIZES:
         x = torch.randn(2, 3, *size)
@@ -103,7 +112,7 @@ def test_exported_program_has_dynamic_height_and_width(exported, pos):
 
 def test_the_transfer_method_and_the_positions_really_flow_into_the_file(exported, tmp_path):
     """A file exported with another method computes that method, and differs where the methods differ."""
-    model, _, default_path = exported("rope2d")
+    model, default_path = exported("rope2d").model, exported("rope2d").path
     x = torch.randn(2, 3, 64, 48)
     model.pos.method = "interpolate"
     try:
@@ -143,10 +152,9 @@ def _complex_ops(graph_text: str) -> bool:
 
 
 @pytest.mark.parametrize("pos", ROPE)
-def test_tracing_and_export_take_the_real_rotation(pos):
-    model = small(pos)
+def test_tracing_and_export_take_the_real_rotation(exported, pos):
+    model, program = exported(pos).model, exported(pos).program  # torch.export, dynamic height and width
     x = torch.randn(2, 3, 32, 32)
-    program = torch.export.export(model, (x,))
     dtypes = {n.meta["val"].dtype for n in program.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)}
     assert not {torch.complex64, torch.complex128} & dtypes
     assert not _complex_ops(str(program.graph))
@@ -226,7 +234,7 @@ def test_cli_bad_input_fails_in_one_line(tmp_path, capsys):
 
 
 def test_onnx_output_is_fp32_logits_of_the_right_shape(exported):
-    _, _, path = exported("none")
+    path = exported("none").path
     m = onnx.load(str(path))
     (inp,), (out,) = m.graph.input, m.graph.output
     dims = [d.dim_param or d.dim_value for d in inp.type.tensor_type.shape.dim]

@@ -12,6 +12,9 @@ work that costs more than the attention itself. :class:`LearnedBiasAttention` in
 
 Two details keep the fused kernels in play: a mask is handed over as (1, heads, N, N), because the
 CPU flash kernel takes 2-D or 4-D masks only, and no mask at all is passed when there is no bias.
+
+While ``torch.export`` traces the model, attention is spelled out as matmul, softmax, matmul instead
+(:func:`spelled_out`), the form the ONNX exporter needs.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ CHUNK_BYTES = 4 << 20  # probabilities recomputed per backward chunk: a few MiB,
 
 def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, scale: float | None = None) -> Tensor:
     """softmax(q k^T * scale + bias) v for q, k, v (B, heads, N, d) and bias (heads, N, N) or None."""
+    if torch.compiler.is_exporting():
+        return spelled_out(q, k, v, bias, scale)
     if bias is None:
         return F.scaled_dot_product_attention(q, k, v, scale=scale)
     bias = bias.to(q.dtype)
@@ -41,6 +46,20 @@ def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, scale
     ):
         return LearnedBiasAttention.apply(q, k, v, bias, q.shape[-1] ** -0.5 if scale is None else scale)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias[None] if bias.dim() == 3 else bias, scale=scale)
+
+
+def spelled_out(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, scale: float | None = None) -> Tensor:
+    """The same attention as matmul, softmax, matmul: what ``torch.export`` traces.
+
+    Kept whole, SDPA with a dynamic-size mask (relbias, cpb) gets one output layout when the ONNX exporter
+    decomposes the graph and another when its type-promotion pass re-runs it, and the reshape after attention
+    fails there; below opset 23 ONNX has no attention operator, so the exporter would write these three ops
+    anyway. Tracing them directly spares a decomposition pass over the exported program (a full retrace with
+    symbolic shapes, a third of an export's time)."""
+    logits = torch.matmul(q, k.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    if bias is not None:
+        logits = logits + bias.to(q.dtype)
+    return torch.matmul(logits.softmax(-1), v)
 
 
 class LearnedBiasAttention(torch.autograd.Function):

@@ -8,7 +8,8 @@ The model is traced once by ``torch.export`` with the batch, the height and the 
 of the patch size), so the position scheme's per-grid tensors (resampled tables, rotation angles,
 bias gathers) are computed inside the graph from the input's shape. The ONNX file comes from torch's
 ONNX exporter (``torch.onnx.export(..., dynamo=True)``); no complex dtype reaches it, because q/k
-rotation takes its real-valued form while tracing (``vitpos.pos.base.rotate``).
+rotation takes its real-valued form while tracing (``vitpos.pos.base.rotate``). Attention is traced as
+matmul, softmax, matmul (``vitpos.attention.spelled_out``), which the exporter takes as it is.
 
 Nothing is taken on trust: the ExportedProgram is run against eager PyTorch at the training size and at
 two non-square grids on either side of it, and the ONNX file against vitpos with onnxruntime. A transfer
@@ -132,15 +133,6 @@ def export_program(model: ViT, dynamic: bool = True, size: tuple[int, int] | Non
     return program
 
 
-def _for_onnx(program: ExportedProgram) -> ExportedProgram:
-    # Attention is spelled out (matmul, softmax, matmul) before the ONNX exporter sees it. Kept whole, SDPA with a
-    # dynamic-size mask (relbias, cpb) gets one output layout when the exporter decomposes the graph and another
-    # when its type-promotion pass re-runs it, and the reshape after attention fails there. Below opset 23 ONNX
-    # has no attention operator, so the exporter would write matmul, softmax, matmul anyway.
-    table = torch.export.default_decompositions()
-    return program.run_decompositions({op: fn for op, fn in table.items() if "attention" in op.name()})
-
-
 def _require_onnx(check: bool) -> None:
     missing = [m for m in ("onnx", "onnxscript", *(("onnxruntime",) if check else ())) if not _importable(m)]
     if missing:
@@ -169,7 +161,7 @@ def complex_values(model_proto) -> list[str]:
 def write_onnx(program: ExportedProgram, path: str | Path) -> Path:
     """Convert an ExportedProgram (from :func:`export_program`) to an ONNX file; refuses complex values."""
     path = Path(path)
-    onnx_program = torch.onnx.export(_for_onnx(program), dynamo=True, verbose=False)
+    onnx_program = torch.onnx.export(program, dynamo=True, verbose=False)
     found = complex_values(onnx_program.model_proto)
     if found:
         raise RuntimeError(f"complex values reached the ONNX graph: {found[:5]}")

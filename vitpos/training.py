@@ -14,6 +14,7 @@ import copy
 import csv
 import errno
 import fcntl
+import io
 import json
 import logging
 import os
@@ -212,7 +213,9 @@ def resolve_config(args) -> Config:
 
 # -- logging and time ------------------------------------------------------------------------------------------
 class _KeepHistoryWriter(ExperimentWriter):
-    """Lightning's CSV writer, except that a resumed run keeps the rows logged before its checkpoint."""
+    """Lightning's CSV writer, except that a resumed run keeps the rows logged before its checkpoint, and that
+    no kill can leave the file half-written: Lightning rewrites ``metrics.csv`` in place (truncate, then write)
+    whenever a new metric name appears, which a SIGKILL in between turned into an empty history."""
 
     def __init__(self, log_dir: str, resume_step: int | None):
         self.resume_step = resume_step
@@ -222,18 +225,31 @@ class _KeepHistoryWriter(ExperimentWriter):
         path = Path(self.metrics_file_path)
         if self.resume_step is None or not path.is_file():
             return super()._check_log_dir_exists()
-        with path.open(newline="") as f:
-            reader = csv.DictReader(f)
-            keys = list(reader.fieldnames or [])
-            # Rows logged after the checkpoint (a run killed mid-epoch) are logged again by the resumed run.
-            rows = [r for r in reader if r.get("step") not in (None, "") and int(float(r["step"])) < self.resume_step]
-        tmp = path.with_name(f".{path.name}.tmp")
-        with tmp.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=keys)
-            writer.writeheader()
-            writer.writerows(rows)
-        os.replace(tmp, path)
+        text = path.read_text()
+        if not text.endswith("\n"):  # a kill during an append: the torn last row is dropped
+            text = text[: text.rfind("\n") + 1]
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        keys = list(reader.fieldnames or [])
+        # Rows logged after the checkpoint (a run killed mid-epoch) are logged again by the resumed run.
+        rows = [r for r in reader if r.get("step") not in (None, "") and int(float(r["step"])) < self.resume_step]
+        _write_csv(path, keys, rows)
         self.metrics_keys = keys
+
+    def _rewrite_with_new_header(self, fieldnames: list[str]) -> None:
+        path = Path(self.metrics_file_path)
+        with path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+        _write_csv(path, fieldnames, rows)
+
+
+def _write_csv(path: Path, keys: list[str], rows: list[dict]) -> None:
+    """Write ``path`` whole or not at all (a temp file renamed into place)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
 
 
 class HistoryCSVLogger(CSVLogger):
