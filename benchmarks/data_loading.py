@@ -3,11 +3,8 @@
     python benchmarks/data_loading.py --images 400 --repeats 5     # docs/data.json
     python benchmarks/render.py                                    # docs/data.md
 
-Writes ``--images`` ImageNet-like JPEGs (random crops of scikit-learn's two bundled photos, flipped, resized to a
-375-500 px long side, quality 90; ten classes), shards them with ``vitpos.data.shard``, then reads them through
-the ImageNet training pipeline of ``configs/imagenet.yaml`` (224 px) in one loader process with one torch thread,
-batch 64: as an ImageFolder and from the shards, each also without the transforms (decode only). The four run
-round-robin; images per CPU-second of the process (``time.process_time``) and per wall-second, per round.
+ImageNet-like JPEGs are written, sharded with ``vitpos.data.shard`` and read through the training pipeline of
+``configs/imagenet.yaml`` in one loader process, with and without the transforms, the four readers round-robin.
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ from PIL import Image
 
 from vitpos.config import Config
 from vitpos.data import build_datamodule
-from vitpos.data.base import TransformDataset
 from vitpos.data.shard import write_shards
 
 
@@ -60,46 +56,39 @@ def make_jpegs(root: Path, n: int, classes: int = 10, seed: int = 0) -> dict:
     return {"images": n, "mean_kb": statistics.mean(sizes) / 1024, "mean_megapixels": statistics.mean(pixels) / 1e6}
 
 
-def imagenet_data_config(name: str, data_dir: Path, transforms: bool):
+def imagenet_data_config(name: str, data_dir: Path):
+    """The data config of configs/imagenet.yaml (its training transforms at 224 px) read from ``data_dir``."""
     cfg = Config.from_yaml(ROOT / "configs" / "imagenet.yaml").data
     cfg.name, cfg.data_dir, cfg.batch_size, cfg.num_workers = name, str(data_dir), 64, 0
-    # Magnitudes clipped at 9: at 10 timm's posterize keeps 0 bits, which Pillow 13 refuses (ValueError).
-    cfg.randaugment = f"{cfg.randaugment}-mmax9" if cfg.randaugment else None
-    if not transforms:  # decode only: the eval geometry at the image's own size would still resize; skip it all
-        cfg.random_resized_crop, cfg.hflip, cfg.randaugment = False, False, None
     return cfg
 
 
-class DecodeOnly:
-    """PIL image -> the same image (forces nothing more than the decode the loader already did)."""
-
-    def __call__(self, img: Image.Image) -> Image.Image:
-        return img
+def keep(x):
+    """Decode only: what the reader decoded, as it is (no transform, no collation)."""
+    return x
 
 
 def loaders(folder: Path, shards: Path) -> dict:
-    """name -> a zero-argument function returning one epoch's iterable of (x, y)."""
+    """name -> a zero-argument function returning one epoch's iterable of batches."""
+    from litdata import StreamingDataLoader
     from torch.utils.data import DataLoader
 
     from vitpos.data.shards import DecodeSample
 
     out = {}
-    for transforms in (True, False):
-        suffix = "" if transforms else " (decode only)"
-        dm = build_datamodule(imagenet_data_config("imagefolder", folder, transforms), 224)
+    for decode_only in (False, True):
+        suffix = " (decode only)" if decode_only else ""
+        dm = build_datamodule(imagenet_data_config("imagefolder", folder), 224)
         dm.setup("fit")
-        ds = dm.train_set if transforms else TransformDataset(dm.raw("train"), DecodeOnly())
-        collate = None if transforms else (lambda items: items)
-        out[f"ImageFolder{suffix}"] = lambda ds=ds, collate=collate: DataLoader(
-            ds, batch_size=64, shuffle=True, collate_fn=collate
-        )
-        sm = build_datamodule(imagenet_data_config("shards", shards, transforms), 224)
+        ds, collate = (dm.raw("train"), keep) if decode_only else (dm.train_set, None)
+        out[f"ImageFolder{suffix}"] = lambda ds=ds, c=collate: DataLoader(ds, batch_size=64, shuffle=True, collate_fn=c)
+        sm = build_datamodule(imagenet_data_config("shards", shards), 224)
         sm.setup("fit")
-        if not transforms:
-            sm.train_set.transform = [DecodeSample(DecodeOnly(), 3, "train")]
-        loader = sm.train_dataloader()
-        if not transforms:
-            loader.collate_fn.collate_fn = lambda items: items
+        if decode_only:  # the stream itself: the training loader also reads the epoch's last partial batch by index
+            sm.train_set.transform = DecodeSample(keep, 3, "train")
+            loader = StreamingDataLoader(sm.train_set, batch_size=64, collate_fn=keep)
+        else:
+            loader = sm.train_dataloader()
         out[f"shards{suffix}"] = lambda loader=loader: loader
     return out
 
@@ -135,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         folder, shards = Path(tmp, "folder"), Path(tmp, "shards")
         stats = make_jpegs(folder, a.images)
-        cfg = imagenet_data_config("imagefolder", folder, True)
-        write_shards(cfg, shards, splits=["train", "val"], workers=2, verbose=False)
+        write_shards(
+            imagenet_data_config("imagefolder", folder), shards, splits=["train", "val"], workers=2, verbose=False
+        )
         measured = measure(loaders(folder, shards), a.repeats)
     write_record(a.out, "data_loading.py", argv, python=platform.python_version(), litdata=litdata.__version__,
                  images=stats, measured=measured)  # fmt: skip
