@@ -274,6 +274,6 @@ def test_throughput_benchmark_quick_record_renders(tmp_path, monkeypatch):
         assert set(g["contenders"]) == {"rope2d", "none", "timm:rope2d"}
         assert all(len(c["img_s"]) == 2 and c["gflops_fwd"] > 0 for c in g["contenders"].values())
     assert data["matmul_peak_tflops"] > 0 and all(g["shapes_img_s"] > 0 for g in data["grids"])
-    text = render.render_performance(data)
+    text = render.render_performance(data, tmp_path)
     for g in data["grids"]:  # the page reports every contender's median rate
         assert all(f"{statistics.median(c['img_s']):.1f}" in text for c in g["contenders"].values())
