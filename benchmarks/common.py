@@ -6,6 +6,7 @@ Nothing in vitpos/ imports this folder.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -72,12 +73,34 @@ def round_robin(fns: dict[str, Callable[[], object]], rounds: int, clock=time.pe
 
 
 def train_run(run_dir: Path, flags: list[str], retrain: bool = False) -> dict:
-    """``python train.py FLAGS --out RUN_DIR`` unless RUN_DIR already holds a finished run; its results.json."""
+    """``python train.py FLAGS --out RUN_DIR`` unless RUN_DIR already holds a finished run; what a page uses of it."""
     if retrain or not (run_dir / "results.json").is_file():
         run([sys.executable, "train.py", *flags, "--out", str(run_dir), *(["--overwrite"] if run_dir.exists() else [])])
     else:
         print(f"reusing the finished run in {run_dir}", flush=True)
-    return json.loads((run_dir / "results.json").read_text())
+    res = json.loads((run_dir / "results.json").read_text())
+    return {"best_val_top1": res["best_val_top1"], "test_top1": res["test"]["test/top1"],
+            "train_seconds": res["train_seconds"], "steps": res["global_step"],
+            "run": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir)}  # fmt: skip
+
+
+def study_budget(cfg, **more) -> dict:
+    """The budget a study's page states: the model's size, the epochs, the batch and the learning rate, and ``more``."""
+    m, o = cfg.model, cfg.optim
+    return {"embed_dim": m.embed_dim, "depth": m.depth, "num_heads": m.num_heads, "patch_size": m.patch_size,
+            "img_size": m.img_size, "epochs": o.epochs, "batch_size": cfg.data.batch_size, "lr": o.lr,
+            **more}  # fmt: skip
+
+
+def run_specs(p: argparse.ArgumentParser, specs: list[str]) -> list[tuple[str, str]]:
+    """POS:STEM arguments as (pos, stem), or the parser's one-line error."""
+    from vitpos import POS_SCHEMES
+
+    pairs = [tuple(spec.partition(":")[::2]) for spec in specs]
+    for spec, (pos, stem) in zip(specs, pairs, strict=True):
+        if pos not in POS_SCHEMES or stem not in ("patch", "conv"):
+            p.error(f"bad run '{spec}': POS:STEM with POS in {', '.join(POS_SCHEMES)}, STEM patch or conv")
+    return pairs
 
 
 def finished_sweep(cmd: list[str], ckpts: list[str], sweep_dir: Path) -> bool:

@@ -4,8 +4,8 @@
     python benchmarks/diagnostics.py     # docs/diagnostics.json and docs/diagnostics/<run>/
     python benchmarks/render.py          # docs/diagnostics.md
 
-For every finished run under ``--runs`` matching ``--pattern`` (seed 0 at the default position lr scale) it calls
-``vitpos.diagnose.diagnose`` on ``last.ckpt``: patch-shuffle top-1, attention distance per block, pictures.
+``vitpos.diagnose.diagnose`` on ``last.ckpt`` of every finished run matching ``--pattern``: patch-shuffle top-1,
+attention distance per block, pictures.
 """
 
 from __future__ import annotations

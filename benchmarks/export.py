@@ -3,8 +3,7 @@
     python benchmarks/export.py --threads 1 --batch-size 16 --steps 1 --repeats 3   # docs/export.json
     python benchmarks/render.py                                                      # docs/export.md
 
-Per scheme the default model is exported once with dynamic height and width (``vitpos.export``) and that one
-file is timed at every size, eager (``torch.inference_mode``) and onnxruntime round-robin with the same threads.
+One ONNX file per scheme (``vitpos.export``, dynamic height and width), timed at every size against eager.
 """
 
 from __future__ import annotations

@@ -3,12 +3,9 @@
     apt-get install dataset-fashion-mnist           # the data, once (Debian's package; no download)
     python benchmarks/fashion_mnist.py --jobs 2     # docs/fashion_mnist.json; then: python benchmarks/render.py
 
-Each run is ``python train.py --config configs/fashion_mnist_study.yaml --pos P --stem S --seed K``: a fixed
-5,000-image training subset, 15 epochs, the default position lr scale. The six main runs and ``--others`` are
-trained with every seed; the validation curve of each run is kept, so the page can show where the curves flatten.
-One ``python -m vitpos.evaluate`` then sweeps every last checkpoint from 20 to 56 px (whole-image resize) with every
-transfer method, and the ``rope2d`` runs measure YaRN's two temperatures. A finished run or sweep is reused, so an
-interrupted study continues where it stopped.
+Each run is ``python train.py --config configs/fashion_mnist_study.yaml --pos P --stem S --seed K``, its validation
+curve kept. One ``python -m vitpos.evaluate`` then sweeps every last checkpoint from 20 to 56 px with every transfer
+method, and the ``rope2d`` runs measure YaRN's two temperatures. Finished runs and sweeps are reused.
 """
 
 from __future__ import annotations
@@ -20,9 +17,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import MAIN_RUNS, ROOT, train_run, transfer_study, write_record  # noqa: E402  (benchmarks/ on sys.path)
+from common import MAIN_RUNS, ROOT, run_specs, study_budget, train_run, transfer_study, write_record  # noqa: E402
 
-from vitpos import POS_SCHEMES
 from vitpos.config import Config
 
 CONFIG = "configs/fashion_mnist_study.yaml"
@@ -49,38 +45,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/bench-fmnist")
     p.add_argument("--json", default=str(ROOT / "docs" / "fashion_mnist.json"))
     args = p.parse_args(argv)
-    for spec in args.runs:
-        pos, _, stem = spec.partition(":")
-        if pos not in POS_SCHEMES or stem not in ("patch", "conv"):
-            p.error(f"bad run '{spec}': POS:STEM with POS in {', '.join(POS_SCHEMES)}, STEM patch or conv")
+    run_specs(p, args.runs)
     out = ROOT / args.out
     threads = str(max(1, len(os.sched_getaffinity(0)) // args.jobs))
     os.environ["OMP_NUM_THREADS"] = threads  # inherited by each training (common.env copies os.environ)
-
-    plan = [(spec, seed) for seed in args.seeds for spec in args.runs]
 
     def train(job: tuple[str, int]) -> dict:
         (pos, _, stem), seed = job[0].partition(":"), job[1]
         run_dir = out / f"{pos}-{stem}-seed{seed}"
         flags = ["--config", CONFIG, "--pos", pos, "--stem", stem, "--seed", str(seed)]
         res = train_run(run_dir, flags + (["--data-dir", args.data_dir] if args.data_dir else []))
-        return {"pos": pos, "stem": stem, "seed": seed, "test_top1": res["test"]["test/top1"],
-                "best_val_top1": res["best_val_top1"], "train_seconds": res["train_seconds"],
-                "val_curve": val_curve(run_dir),
-                "run": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir)}  # fmt: skip
+        return {"pos": pos, "stem": stem, "seed": seed, **res, "val_curve": val_curve(run_dir)}
 
     with ThreadPoolExecutor(args.jobs) as pool:
-        runs = list(pool.map(train, plan))
-
+        runs = list(pool.map(train, [(spec, seed) for seed in args.seeds for spec in args.runs]))
     os.environ["OMP_NUM_THREADS"] = str(len(os.sched_getaffinity(0)))  # one sweep, every core
-    extra = ("--resize", "full")
-    study = transfer_study(runs, args.resolutions, args.eval_limit, out / "resolution", TEMPERATURE_GRIDS, extra)
+    study = transfer_study(runs, args.resolutions, args.eval_limit, out / "resolution", TEMPERATURE_GRIDS,
+                           ("--resize", "full"))  # fmt: skip
     cfg = Config.from_yaml(ROOT / CONFIG)
-    m, d, o = cfg.model, cfg.data, cfg.optim
-    budget = {"config": CONFIG, "embed_dim": m.embed_dim, "depth": m.depth, "num_heads": m.num_heads,
-              "patch_size": m.patch_size, "img_size": m.img_size, "epochs": o.epochs, "train_limit": d.train_limit,
-              "holdout_size": d.holdout_size, "batch_size": d.batch_size, "lr": o.lr,
-              "pos_lr_scale": o.pos_lr_scale, "eval_limit": args.eval_limit}  # fmt: skip
+    budget = study_budget(cfg, config=CONFIG, train_limit=cfg.data.train_limit, holdout_size=cfg.data.holdout_size,
+                          pos_lr_scale=cfg.optim.pos_lr_scale, eval_limit=args.eval_limit)  # fmt: skip
     write_record(args.json, "fashion_mnist.py", argv, budget=budget, runs=runs, **study)
     return 0
 

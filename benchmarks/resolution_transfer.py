@@ -4,12 +4,8 @@
     python benchmarks/resolution_transfer.py             # sweeps them: docs/resolution.json
     python benchmarks/render.py                          # docs/resolution.md and resolution.png
 
-The runs are those of docs/results.json at the default position lr scale (every scheme, every seed trained).
-One ``python -m vitpos.evaluate`` sweeps all their last checkpoints on the first ``--limit`` test images;
-``shapes`` renders natively at each resolution. Two measurements of RoPE's YaRN method ride along: its
-per-frequency blend at the default grid, and its attention temperature with the scale taken from the larger
-axis or from the token-count ratio, on the `rope2d` runs. A finished sweep of the same command on unchanged
-checkpoints is reused.
+One ``python -m vitpos.evaluate`` sweeps the last checkpoints of docs/results.json's runs at the default position
+lr scale (reused when finished); also YaRN's per-frequency blend and its two attention temperatures.
 """
 
 from __future__ import annotations

@@ -4,13 +4,11 @@
     python benchmarks/throughput.py --compile --grids 8 --eval-img-sizes 32 48 64 --repeats 3
                                                         # docs/performance_compile.json: torch.compile vs eager
     python benchmarks/throughput.py --quick --out /tmp/performance.json   # smoke test, seconds
-    python benchmarks/render.py                         # the pages
 
-Per grid every contender (the vitpos schemes; timm's ``VisionTransformer``, RoPE ``Eva`` and relpos ViT for
-`learned`, `rope2d` and `relbias`) is built and warmed up, then all run round-robin for ``--repeats`` rounds of
-``--steps`` training steps (forward, cross-entropy, backward, AdamW): img/s per round, then the peak memory of
-one step above the resting state and the forward FLOPs per image. Also measured: a square matmul loop (this
-machine's peak) and the rate at which the embedded `shapes` set renders images.
+Per grid every contender (the schemes; timm's ``VisionTransformer``, RoPE ``Eva`` and relpos ViT for `learned`,
+`rope2d` and `relbias`) is warmed up, then all run round-robin, ``--repeats`` rounds of ``--steps`` training steps:
+img/s per round, the peak memory of one step, the forward FLOPs per image. Also: a square matmul (the machine's
+peak) and the rate at which the `shapes` set renders.
 """
 
 from __future__ import annotations
@@ -190,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grids", type=int, nargs="+", default=[8, 16], help="token grid sides")
     p.add_argument("--img-sizes", type=int, nargs="+", help="image sides in px; overrides --grids")
     p.add_argument("--batch-size", type=int, nargs="+", default=[64], help="one value, or one per size")
-    p.add_argument("--schemes", nargs="+", choices=[*POS_SCHEMES, "all"], default=list(SCHEMES))
+    p.add_argument("--schemes", nargs="+", choices=list(POS_SCHEMES), default=list(SCHEMES))
     p.add_argument("--repeats", type=int, default=5, help="round-robin rounds")
     p.add_argument("--steps", type=int, default=3, help="timed steps per contender per round")
     p.add_argument("--warmup", type=int, default=2, help="warm-up steps per contender")
@@ -206,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     a.img_sizes = a.img_sizes or [g * a.patch_size for g in a.grids]
     a.batch_size = a.batch_size * len(a.img_sizes) if len(a.batch_size) == 1 else a.batch_size
     a.eval_img_sizes = a.eval_img_sizes or a.img_sizes[-1:]
-    a.schemes = list(POS_SCHEMES) if "all" in a.schemes else list(dict.fromkeys(a.schemes))
+    a.schemes = list(dict.fromkeys(a.schemes))
     if any(i % a.patch_size for i in a.img_sizes) or len(a.batch_size) != len(a.img_sizes):
         p.error("image sizes must be multiples of the patch size, and --batch-size one value or one per size")
     name = "performance_compile" if a.compile else "performance"
