@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from .attention import attention
 from .pos import POS_REGISTRY, AttnPos, build_pos
 from .pos.base import turn_qk
+from .resolution import to_hw
 from .stems import STEMS, build_stem
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ class ViT(nn.Module):
             raise ValueError(f"global_pool must be 'avg' or 'token', got '{global_pool}'")
         if global_pool == "token" and not class_token:
             raise ValueError("global_pool='token' needs class_token=True")
-        img_hw = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        img_hw = to_hw(img_size)
         self.patch_size = patch_size
         self.grid = self.grid_for(img_hw)
         self.global_pool = global_pool
