@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import vitpos
+from vitpos.pos.base import PosScheme
 
 # Training grid 8x8 (32 px, patch 4); head_dim 8, so rope2d has 2 frequencies per axis.
 TINY = dict(img_size=32, patch_size=4, embed_dim=32, depth=2, num_heads=4, num_classes=5)
@@ -31,3 +32,21 @@ def tiny():
         return vitpos.create_model(pos, **{**TINY, **kw})
 
     return make
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """builds() -> how many times a scheme computed its position inputs instead of serving them from its cache."""
+    count = 0
+    cached = PosScheme.cached
+
+    def counting(self, key, build, *params):
+        def counted():
+            nonlocal count
+            count += 1
+            return build()
+
+        return cached(self, key, counted, *params)
+
+    monkeypatch.setattr(PosScheme, "cached", counting)
+    return lambda: count

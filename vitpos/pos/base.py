@@ -64,7 +64,6 @@ class PosScheme(nn.Module):
         self.num_prefix_tokens = num_prefix_tokens
         self._method = self.methods[0]
         self._cache: dict[tuple, object] = {}
-        self.cache_misses = 0  # counted so tests and benchmarks can see recomputation
 
     # -- transfer method -------------------------------------------------------------
     @property
@@ -113,12 +112,11 @@ class PosScheme(nn.Module):
         (a few small ops, fused by the compiler).
         """
         if torch.compiler.is_compiling():
-            # comparing tensors is data-dependent (a graph break each), and the cache dict's contents and
-            # the miss counter would be guarded on (a recompile per fill, per step).
+            # comparing tensors is data-dependent (a graph break each), and the cache dict's contents would
+            # be guarded on (a recompile per fill).
             return build()
         grad_needed = torch.is_grad_enabled() and any(p.requires_grad for p in params)
         if grad_needed:
-            self.cache_misses += 1
             return build()
         full_key = (key, self._method)
         entry = self._cache.get(full_key)
@@ -126,7 +124,6 @@ class PosScheme(nn.Module):
             return entry[1]
         if len(self._cache) > 32:  # bound memory when sweeping many grids
             self._cache.clear()
-        self.cache_misses += 1
         value = build()
         self._cache[full_key] = (tuple(p.detach().clone() for p in params), value)
         return value

@@ -101,19 +101,6 @@ class ComposedPos(PosScheme):
         for part, m in zip(self.parts.values(), name.split("+"), strict=True):
             part.method = m
 
-    # -- counted over the parts, so "did anything recompute?" sees their caches ------------
-    @property
-    def cache_misses(self) -> int:
-        return self._own_misses + self._parts_misses()
-
-    @cache_misses.setter
-    def cache_misses(self, value: int) -> None:
-        self._own_misses = value - self._parts_misses()
-
-    def _parts_misses(self) -> int:
-        parts = self._modules.get("parts")
-        return sum(p.cache_misses for p in parts.values()) if parts is not None else 0
-
     # -- hooks -------------------------------------------------------------------------------
     def tokens(self, x: Tensor, grid: Grid) -> Tensor:
         for part in self.parts.values():

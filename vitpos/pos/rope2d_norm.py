@@ -122,7 +122,5 @@ class Rope2dNormPos(PosScheme):
             return [AttnPos(rope=rot)] * self.depth
 
         if self.augments:  # a fresh draw per forward: never served from the cache
-            if not torch.compiler.is_compiling():  # a counter bumped in a graph would be guarded on
-                self.cache_misses += 1
             return build()
         return self.cached(("rope", tuple(grid), device), build)
