@@ -21,6 +21,10 @@ from vitpos.data.shapes import (
     sample_scenes,
 )
 
+CELL = dict(atol=1e-4, rtol=0)  # fp32 positions times 8 cells: whole numbers (or equal phases) up to rounding
+EDGE = 1e-6  # fp32 rounding of an object's extent against the border margin
+PIXEL = 1e-5  # a pixel wholly inside an object (or the background) has exactly its colour, up to fp32 rounding
+
 
 def test_deterministic_by_seed():
     a, ya = render_shapes(64, 32, 32, seed=3)
@@ -101,9 +105,9 @@ def test_objects_share_their_phase_and_are_whole_cells_apart():
     of cells along each axis. This is what leaves a bag of patches nothing to read the relation from."""
     scenes = sample_scenes(range(2000), seed=3)
     offset = (scenes.circle_xy - scenes.ref_xy) * CELLS
-    torch.testing.assert_close(offset, offset.round(), atol=1e-4, rtol=0)
+    torch.testing.assert_close(offset, offset.round(), **CELL)
     phase = (scenes.circle_xy * CELLS) % 1
-    torch.testing.assert_close(phase, (scenes.ref_xy * CELLS) % 1, atol=1e-4, rtol=0)
+    torch.testing.assert_close(phase, (scenes.ref_xy * CELLS) % 1, **CELL)
     # the phase itself is uniform whatever the class: its quartiles per relation sit near 1/4, 1/2, 3/4
     for rel in range(4):
         q = phase[scenes.labels % 4 == rel].quantile(torch.tensor([0.25, 0.5, 0.75]), dim=0)
@@ -113,7 +117,7 @@ def test_objects_share_their_phase_and_are_whole_cells_apart():
 def test_objects_never_touch_the_border():
     scenes = sample_scenes(range(2000), seed=4)
     for xy, size in ((scenes.circle_xy, scenes.radius), (scenes.ref_xy, scenes.half)):
-        assert ((xy - size[:, None]) >= MARGIN - 1e-6).all() and ((xy + size[:, None]) <= 1 - MARGIN + 1e-6).all()
+        assert ((xy - size[:, None]) >= MARGIN - EDGE).all() and ((xy + size[:, None]) <= 1 - MARGIN + EDGE).all()
 
 
 @pytest.mark.parametrize("sizes", [(SIZE_RANGE[0], SIZE_RANGE[0]), (SIZE_RANGE[1], SIZE_RANGE[1]),
@@ -145,9 +149,9 @@ def test_pixels_show_the_objects_in_their_colours():
     inside_c, inside_r, outside = cov_c == 1, cov_r == 1, (cov_c == 0) & (cov_r == 0)
     for i in range(16):
         px = imgs[i].permute(1, 2, 0)
-        assert torch.allclose(px[inside_c[i]], scenes.circle_rgb[i].expand_as(px[inside_c[i]]), atol=1e-5)
-        assert torch.allclose(px[inside_r[i]], scenes.ref_rgb[i].expand_as(px[inside_r[i]]), atol=1e-5)
-        assert torch.allclose(px[outside[i]], scenes.bg[i].expand_as(px[outside[i]]), atol=1e-5)
+        assert torch.allclose(px[inside_c[i]], scenes.circle_rgb[i].expand_as(px[inside_c[i]]), atol=PIXEL)
+        assert torch.allclose(px[inside_r[i]], scenes.ref_rgb[i].expand_as(px[inside_r[i]]), atol=PIXEL)
+        assert torch.allclose(px[outside[i]], scenes.bg[i].expand_as(px[outside[i]]), atol=PIXEL)
     assert ((scenes.circle_rgb - scenes.bg).abs().amax(1) >= 0.35).all()
 
 

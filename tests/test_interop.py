@@ -23,6 +23,7 @@ from vitpos.training import main as train_main
 
 EQUIV_RTOL = 1e-5  # max |vitpos - timm| / max |timm| over the logits
 DIFFERENT = 1e-3  # a method that does not reproduce timm misses it by at least this much
+CARRIED = dict(rtol=0, atol=1e-6)  # fp32 weights carried (copied or resampled) against the same done by hand
 SMALL = dict(img_size=32, patch_size=4, embed_dim=32, depth=2, num_heads=2, num_classes=5)
 NEW = (48, 40)  # a new, non-square size: grid 12 x 10 against the trained 8 x 8
 TINY_RUN = ["--batch-size", "16", "--train-size", "48", "--val-size", "16", "--test-size", "16", "--epochs", "1"]
@@ -283,8 +284,8 @@ def test_finetune_from_a_vitpos_checkpoint_at_a_new_size(tmp_path, capsys):
     tuned = vitpos.load_model(dst / "checkpoints" / "last.ckpt")
     assert tuned.grid == (12, 12) and type(tuned.pos).__name__ == "RelBiasPos"
     expected = source.pos.carry_state((12, 12))
-    torch.testing.assert_close(tuned.pos.table, expected["table"], rtol=0, atol=1e-6)
-    torch.testing.assert_close(tuned.blocks[0].attn.qkv.weight, source.blocks[0].attn.qkv.weight, rtol=0, atol=1e-6)
+    torch.testing.assert_close(tuned.pos.table, expected["table"], **CARRIED)
+    torch.testing.assert_close(tuned.blocks[0].attn.qkv.weight, source.blocks[0].attn.qkv.weight, **CARRIED)
 
 
 def test_finetune_from_a_converted_timm_model(tmp_path, capsys):
@@ -302,8 +303,8 @@ def test_finetune_from_a_converted_timm_model(tmp_path, capsys):
     assert "position carried from grid 10x10 to 4x4 by 'bicubic'" in log
     tuned = vitpos.load_model(tmp_path / "run" / "checkpoints" / "last.ckpt")
     ref = from_timm(t)
-    torch.testing.assert_close(tuned.pos.table, ref.pos.table_for((4, 4)), rtol=0, atol=1e-6)
-    torch.testing.assert_close(tuned.blocks[1].mlp.fc1.weight, ref.blocks[1].mlp.fc1.weight, rtol=0, atol=1e-6)
+    torch.testing.assert_close(tuned.pos.table, ref.pos.table_for((4, 4)), **CARRIED)
+    torch.testing.assert_close(tuned.blocks[1].mlp.fc1.weight, ref.blocks[1].mlp.fc1.weight, **CARRIED)
     assert tuned.head.out_features == 8
 
 
@@ -394,7 +395,7 @@ def test_evaluate_init_from_uses_the_models_own_preprocessing(tmp_path):
     ours = build_datamodule(cfg.data, img_size=cfg.model.img_size).eval_dataset(160, "val")
     theirs = ImageFolder(str(tmp_path / "imgs" / "val"), transform=create_transform(**resolve_data_config({}, model=t)))
     for i in range(len(theirs)):
-        torch.testing.assert_close(ours[i][0], theirs[i][0], rtol=0, atol=1e-6)
+        torch.testing.assert_close(ours[i][0], theirs[i][0], **CARRIED)
     with torch.no_grad():
         x = torch.stack([theirs[i][0] for i in range(len(theirs))])
         timm_correct = int((t(x).argmax(-1) == torch.tensor([y for _, y in theirs.samples])).sum())

@@ -21,6 +21,18 @@ from vitpos.pos.relbias import relative_position_index
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+# Tolerances, named by what they compare
+TRIG = dict(atol=1e-6, rtol=0)  # fp32 cos/sin or sincos entries (|v| <= 1) against the same formula: a few ulps
+TIMM_TABLE = dict(atol=1e-5, rtol=0)  # the fp32 sincos table against timm's, its angles computed in another order
+LOGIT = dict(atol=1e-4, rtol=1e-4)  # logits of random q, k after two fp32 rotations each
+FP32 = dict(atol=1e-5, rtol=1e-5)  # an fp32 rotation against its fp64 reference
+BF16 = dict(atol=2e-2, rtol=2e-2)  # the same in bf16 (8 significant bits)
+BF16_GRAD = dict(atol=5e-2, rtol=5e-2)  # a bf16 gradient through the rotation against the fp32 one
+FP64_RTOL = 1e-12  # fp64 frequencies against their closed form
+FP64 = dict(rtol=FP64_RTOL, atol=0)
+VISIBLY = 1e-2  # a rotation that does something moves the logits by at least this
+DISTINCT = 1e-3  # two positions' rotations (or table rows) differ by at least this
+
 
 def pos_outputs(pos, grid) -> list[torch.Tensor]:
     """Everything the scheme hands the ViT for ``grid``, as a flat list of tensors (all three hooks)."""
@@ -178,8 +190,8 @@ def test_rope2d_logit_depends_only_on_offset(tiny, big):
 
     here = logits(cos, sin, w, y1, x1, y2, x2)
     shifted = logits(cos2, sin2, bw, y1 + a, x1 + b, y2 + a, x2 + b)
-    torch.testing.assert_close(shifted, here, atol=1e-4, rtol=1e-4)
-    assert not torch.allclose(here, (q * k).sum(-1), atol=1e-2)  # the rotation does something
+    torch.testing.assert_close(shifted, here, **LOGIT)
+    assert not torch.allclose(here, (q * k).sum(-1), atol=VISIBLY)  # the rotation does something
 
 
 def test_rope2d_angles_match_formula(tiny):
@@ -191,8 +203,8 @@ def test_rope2d_angles_match_formula(tiny):
         ys, xs = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
         ang = torch.cat([xs.reshape(-1, 1) * f, ys.reshape(-1, 1) * f], dim=1)  # (N, d/2)
         cos, sin, _ = rope(m, grid)
-        torch.testing.assert_close(cos, ang.cos().float(), atol=1e-6, rtol=0)
-        torch.testing.assert_close(sin, ang.sin().float(), atol=1e-6, rtol=0)
+        torch.testing.assert_close(cos, ang.cos().float(), **TRIG)
+        torch.testing.assert_close(sin, ang.sin().float(), **TRIG)
 
 
 @pytest.mark.parametrize("method", vitpos.POS_REGISTRY["rope2d"].methods)
@@ -218,7 +230,7 @@ def test_rotate_paths_agree_on_strided_views(dtype):
     xr = q.double().unflatten(-1, (-1, 2))
     c, s = rot.double().unbind(-1)
     ref = torch.stack([xr[..., 0] * c - xr[..., 1] * s, xr[..., 0] * s + xr[..., 1] * c], -1).flatten(-2)
-    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-5}
+    tol = BF16 if dtype == torch.bfloat16 else FP32
     out = rotate(q, rot)
     assert out.dtype == dtype and out.shape == q.shape
     torch.testing.assert_close(out.double(), ref, **tol)
@@ -237,14 +249,14 @@ def test_rotate_gradient_is_the_inverse_rotation():
     torch.testing.assert_close(grad, rotate(g, torch.stack([angle.cos(), -angle.sin()], -1)))
     xb = x.detach().bfloat16().requires_grad_()
     (grad_b,) = torch.autograd.grad(rotate(xb, rot), xb, g.bfloat16())
-    torch.testing.assert_close(grad_b.float(), grad, atol=5e-2, rtol=5e-2)
+    torch.testing.assert_close(grad_b.float(), grad, **BF16_GRAD)
 
 
 def test_rope2d_every_token_gets_its_own_rotation(tiny):
     cos, sin, _ = rope(tiny("rope2d"), (6, 10))
     rows = torch.cat([cos, sin], dim=1)
     dist = torch.cdist(rows, rows) + torch.eye(len(rows)) * 10
-    assert dist.min() > 1e-3  # no two (y, x) positions share a rotation (catches one axis used twice)
+    assert dist.min() > DISTINCT  # no two (y, x) positions share a rotation (catches one axis used twice)
 
 
 @pytest.mark.parametrize("grid", [TRAIN, (12, 12), (4, 6)])
@@ -254,7 +266,7 @@ def test_rope2d_class_token_is_not_rotated(tiny, grid):
     assert cos.shape[0] == 1 + grid[0] * grid[1]
     assert torch.equal(cos[0], torch.ones_like(cos[0])) and torch.equal(sin[0], torch.zeros_like(sin[0]))
     # Patch rows: only the (0, 0) token has angle 0; every other one is rotated.
-    assert (sin[2:].abs().amax(dim=1) > 1e-3).all()
+    assert (sin[2:].abs().amax(dim=1) > DISTINCT).all()
     torch.testing.assert_close(cos[1:], rope(tiny("rope2d"), grid)[0])
 
 
@@ -282,8 +294,8 @@ def test_rope2d_interpolate_scales_positions(tiny, grid):
         cos, sin, _ = rope(m, grid)
         cos_t, sin_t, _ = rope(m, TRAIN, "extrapolate")
         even = (torch.arange(16)[::2, None] * 16 + torch.arange(16)[None, ::2]).flatten()
-        torch.testing.assert_close(cos[even], cos_t, atol=1e-6, rtol=0)
-        torch.testing.assert_close(sin[even], sin_t, atol=1e-6, rtol=0)
+        torch.testing.assert_close(cos[even], cos_t, **TRIG)
+        torch.testing.assert_close(sin[even], sin_t, **TRIG)
 
 
 @pytest.mark.parametrize("grid", [TRAIN, (6, 6), (4, 8), (8, 5)])
@@ -303,7 +315,7 @@ def test_rope2d_ntk_scales_only_the_larger_axis(tiny):
     ntk, _ = m.pos.angles((8, 16))
     torch.testing.assert_close(ntk[:, q:], ext[:, q:], rtol=0, atol=0)  # y: not larger
     assert not torch.allclose(ntk[:, :q], ext[:, :q])  # x: twice as long -> base raised
-    assert (ntk[:, :q] <= ext[:, :q] + 1e-12).all()  # a larger base only slows rotation
+    assert (ntk[:, :q] <= ext[:, :q] + FP64_RTOL).all()  # a larger base only slows rotation
 
 
 def test_rope2d_ntk_with_smallest_head_dim(tiny):
@@ -329,10 +341,10 @@ def test_rope2d_ntk_is_a_raised_base(tiny):
     fy, fx, _ = m.pos.axis_frequencies((8, 24))
     raised = theta * s ** ((d / 2) / (d / 2 - 2))
     k = torch.arange(d // 4, dtype=torch.float64)
-    torch.testing.assert_close(fx, raised ** (-4 * k / d), rtol=1e-12, atol=0)
-    torch.testing.assert_close(fy, theta ** (-4 * k / d), rtol=1e-12, atol=0)  # rows: not longer, unchanged
+    torch.testing.assert_close(fx, raised ** (-4 * k / d), **FP64)
+    torch.testing.assert_close(fy, theta ** (-4 * k / d), **FP64)  # rows: not longer, unchanged
     # what the raised base means: the highest frequency is kept, the lowest slowed by exactly s
-    assert fx[0] == 1.0 and fx[-1] == pytest.approx(theta ** (-4 * (d // 4 - 1) / d) / s, rel=1e-12)
+    assert fx[0] == 1.0 and fx[-1] == pytest.approx(theta ** (-4 * (d // 4 - 1) / d) / s, rel=FP64_RTOL)
 
 
 def test_rope2d_yarn_ramp_for_grid_axes(tiny):
@@ -347,8 +359,8 @@ def test_rope2d_yarn_ramp_for_grid_axes(tiny):
     m.pos.method = "yarn"
     fy, fx, _ = m.pos.axis_frequencies((16, 16))
     expected = gamma * f + (1 - gamma) * f / 2
-    torch.testing.assert_close(fx, expected, rtol=1e-12, atol=0)
-    torch.testing.assert_close(fy, expected, rtol=1e-12, atol=0)
+    torch.testing.assert_close(fx, expected, **FP64)
+    torch.testing.assert_close(fy, expected, **FP64)
 
 
 def test_rope2d_yarn_temperature_modes(tiny):
@@ -496,13 +508,13 @@ def test_sincos2d_formula_bounds_distinct_and_timm(tiny, grid):
     d = m.pos.dim
     assert table.shape == (grid[0] * grid[1], d)
     assert table.abs().max() <= 1.0
-    torch.testing.assert_close(table, sincos_by_hand(grid, d), atol=1e-6, rtol=0)
+    torch.testing.assert_close(table, sincos_by_hand(grid, d), **TRIG)
     dist = torch.cdist(table.double(), table.double()) + torch.eye(len(table)) * 10
-    assert dist.min() > 1e-3
+    assert dist.min() > DISTINCT
     q = d // 4
     t = build_sincos2d_pos_embed(list(grid), dim=d)  # [sin_y, sin_x, cos_y, cos_x]
     ours_from_timm = torch.cat([t[:, :q], t[:, 2 * q : 3 * q], t[:, q : 2 * q], t[:, 3 * q :]], dim=1)
-    torch.testing.assert_close(table, ours_from_timm, atol=1e-5, rtol=0)
+    torch.testing.assert_close(table, ours_from_timm, **TIMM_TABLE)
 
 
 def test_sincos2d_tokens_add_the_table(tiny):
@@ -518,7 +530,7 @@ def test_sincos2d_interpolate(tiny):
     torch.testing.assert_close(m.pos.table_for(TRAIN), ext, rtol=0, atol=0)
     big = m.pos.table_for((16, 16))[0]
     even = (torch.arange(16)[::2, None] * 16 + torch.arange(16)[None, ::2]).flatten()
-    torch.testing.assert_close(big[even], ext[0], atol=1e-6, rtol=0)  # positions scaled onto the trained range
+    torch.testing.assert_close(big[even], ext[0], **TRIG)  # positions scaled onto the trained range
     m.pos.method = "extrapolate"
     assert not torch.allclose(m.pos.table_for((16, 16))[0], big)
 

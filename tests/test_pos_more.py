@@ -20,6 +20,15 @@ from vitpos.pos.rope2d import Rope2dPos
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 EXACT = dict(rtol=0, atol=0)  # the same fp32 operations in the same order: bit for bit
+TRIG = dict(atol=1e-6, rtol=0)  # fp32 cos/sin (or a table entry) against the same fp32 values taken another way
+FP32 = dict(atol=1e-5, rtol=0)  # fp32 cos/sin, biases or phases of order 1 against the same formula computed apart
+LOGIT = dict(atol=1e-4, rtol=1e-4)  # logits of random q, k after two fp32 rotations each
+MLP = dict(atol=1e-4, rtol=1e-5)  # the log-CPB MLP's fp32 bias against the same MLP evaluated by hand
+SLACK = 1e-6  # fp32 rounding at the ends of a range a ratio must stay in
+VISIBLY = 1e-3  # what changes an output changes it by at least this
+TURNS = 1e-2  # a rotation that does something moves the logits by at least this
+SEEN = 1e-5  # an input the model sees moves its logits by more than this
+NONE = 1e-3  # attention weight that counts as none at all
 
 
 def grid_yx(grid):
@@ -70,9 +79,7 @@ def test_mixed_init_is_a_rotated_axial_ladder(tiny):
     torch.testing.assert_close(f.norm(dim=-1), torch.cat([ladder, ladder]).expand(3, m.pos.num_heads, -1))
     angle = torch.atan2(f[..., 1], f[..., 0])  # (depth, heads, d/2)
     turn = lambda a: torch.remainder(a + math.pi, 2 * math.pi) - math.pi  # noqa: E731
-    torch.testing.assert_close(
-        turn(angle[..., :q] - angle[..., :1]), torch.zeros_like(angle[..., :q]), atol=1e-5, rtol=0
-    )
+    torch.testing.assert_close(turn(angle[..., :q] - angle[..., :1]), torch.zeros_like(angle[..., :q]), **FP32)
     torch.testing.assert_close(turn(angle[..., q:] - angle[..., :1]), torch.full_like(angle[..., q:], math.pi / 2))
     assert angle[..., 0].flatten().unique().numel() == 3 * m.pos.num_heads  # a random angle per block and head
 
@@ -88,8 +95,8 @@ def test_mixed_cos_sin_match_the_phase_formula(tiny):
         f = m.pos.freqs[layer].detach().double()  # (heads, d/2, 2)
         phase = xs.double()[None, :, None] * f[:, None, :, 0] + ys.double()[None, :, None] * f[:, None, :, 1]
         assert cos.shape == (m.pos.num_heads, 35, m.pos.head_dim // 2) and cos.dtype == torch.float32
-        torch.testing.assert_close(cos, phase.cos().float(), atol=1e-5, rtol=0)
-        torch.testing.assert_close(sin, phase.sin().float(), atol=1e-5, rtol=0)
+        torch.testing.assert_close(cos, phase.cos().float(), **FP32)
+        torch.testing.assert_close(sin, phase.sin().float(), **FP32)
 
 
 @pytest.mark.parametrize("big", [(13, 15), (8, 12)])
@@ -112,8 +119,8 @@ def test_mixed_logit_depends_only_on_offset_per_head(tiny, big):
 
     for (cos, sin), (cos2, sin2) in zip(here_ropes, big_ropes):
         here = logits(cos, sin, w, y1, x1, y2, x2)
-        torch.testing.assert_close(logits(cos2, sin2, bw, y1 + a, x1 + b, y2 + a, x2 + b), here, atol=1e-4, rtol=1e-4)
-        assert not torch.allclose(here, (q * k).sum(-1), atol=1e-2)  # the rotation does something
+        torch.testing.assert_close(logits(cos2, sin2, bw, y1 + a, x1 + b, y2 + a, x2 + b), here, **LOGIT)
+        assert not torch.allclose(here, (q * k).sum(-1), atol=TURNS)  # the rotation does something
     # heads really differ (each has its own frequencies)
     cos0 = here_ropes[0][0]
     assert not torch.allclose(cos0[0], cos0[1])
@@ -129,7 +136,7 @@ def test_mixed_rotation_preserves_norms_and_broadcasts_per_head(tiny, method):
     y = turn(x, cos, sin)  # (heads, N, d/2) against (B, heads, N, d)
     torch.testing.assert_close(y.norm(dim=-1), x.norm(dim=-1))
     for hd in range(m.pos.num_heads):  # head hd turned by its own angles
-        torch.testing.assert_close(y[:, hd], turn(x[:, hd], cos[hd], sin[hd]), rtol=0, atol=1e-6)
+        torch.testing.assert_close(y[:, hd], turn(x[:, hd], cos[hd], sin[hd]), **TRIG)
     assert not torch.allclose(y, x)
 
 
@@ -172,8 +179,8 @@ def test_mixed_transfer_methods(tiny):
     train, _ = mixed_rope(m, TRAIN, "extrapolate")
     even = (torch.arange(16)[::2, None] * 16 + torch.arange(16)[None, ::2]).flatten()
     for (c, s), (tc, ts) in zip(ropes, train):
-        torch.testing.assert_close(c[:, even], tc, atol=1e-5, rtol=0)
-        torch.testing.assert_close(s[:, even], ts, atol=1e-5, rtol=0)
+        torch.testing.assert_close(c[:, even], tc, **FP32)
+        torch.testing.assert_close(s[:, even], ts, **FP32)
     # ntk: pair k's component along a longer axis scaled by s^(-(4k/d) d'/(d'-2)); the other axis kept
     m.pos.method = "ntk"
     got, scale = m.pos.frequencies((8, 24))
@@ -186,7 +193,7 @@ def test_mixed_transfer_methods(tiny):
     m.pos.method = "yarn"
     got, scale = m.pos.frequencies((16, 16))
     ratio = got / f  # in [1/2, 1] per pair
-    assert ratio.min() >= 0.5 - 1e-6 and ratio.max() <= 1 + 1e-6
+    assert ratio.min() >= 0.5 - SLACK and ratio.max() <= 1 + SLACK
     turns = (8 - 1) * f.norm(dim=-1) / math.pi  # full circles over the trained offsets -7..7, per pair
     kept, interpolated = turns >= 1, turns <= 0.5
     assert kept.any() and interpolated.any()  # the init ladder spans both ends of the ramp
@@ -207,8 +214,8 @@ def test_mixed_cos_sin_stay_fp32_under_bf16_autocast(tiny):
     assert out.dtype == torch.bfloat16
     for (c, s), (rc, rs) in zip(ropes, ref):
         assert c.dtype == s.dtype == torch.float32
-        torch.testing.assert_close(c, rc, atol=1e-5, rtol=0)
-        torch.testing.assert_close(s, rs, atol=1e-5, rtol=0)
+        torch.testing.assert_close(c, rc, **FP32)
+        torch.testing.assert_close(s, rs, **FP32)
 
 
 def test_mixed_class_token_is_not_rotated(tiny):
@@ -269,7 +276,7 @@ def test_cpb_finite_offset_only_in_range_and_formula(tiny, grid, method):
         assert torch.isfinite(a.bias).all()
         assert (a.bias > 0).all() and (a.bias < 16).all()
         assert_offset_only(a.bias, grid)
-        torch.testing.assert_close(a.bias, cpb_by_hand(m.pos, layer, grid, norm), atol=1e-4, rtol=1e-5)
+        torch.testing.assert_close(a.bias, cpb_by_hand(m.pos, layer, grid, norm), **MLP)
 
 
 def test_cpb_default_init_starts_near_a_constant_8(tiny):
@@ -288,12 +295,12 @@ def test_cpb_continuous_extrapolates_and_normalized_rescales(tiny):
     inside = torch.tensor([r * 12 + c for r in range(8) for c in range(8)])
     m.pos.method = "continuous"
     for a, t in zip(m.pos.attn_pos(big), train):  # same offsets -> the same bias as at the training grid
-        torch.testing.assert_close(a.bias[:, inside, 0], t.bias[:, :, 0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(a.bias[:, inside, 0], t.bias[:, :, 0], **FP32)
     m.pos.method = "normalized"
     a = m.pos.attn_pos(big)[0]
-    assert not torch.allclose(a.bias[:, inside, 0], train[0].bias[:, :, 0], atol=1e-3)
+    assert not torch.allclose(a.bias[:, inside, 0], train[0].bias[:, :, 0], atol=VISIBLY)
     far = a.bias[:, 11 * 12 + 11, 0]  # the largest offset maps where the trained largest did
-    torch.testing.assert_close(far, train[0].bias[:, 63, 0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(far, train[0].bias[:, 63, 0], **FP32)
 
 
 def test_cpb_offsets_table_is_log_spaced_in_index_order():
@@ -355,7 +362,7 @@ def test_cpb_class_token_starts_as_an_ordinary_key(tiny):
     assert share.mean() == pytest.approx(1 / 65, rel=0.1)
     padded = bias.clone()
     padded[:, 1:, 0] = 0  # the zero-padded prefix: the negative control
-    assert padded[:, 1:].softmax(-1)[..., 0].mean() < 1e-3
+    assert padded[:, 1:].softmax(-1)[..., 0].mean() < NONE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -392,7 +399,7 @@ def test_peg_permuting_patches_changes_its_output_and_the_logits(tiny):
     x = torch.randn(1, 60, pos.dim)
     perm = torch.randperm(60)
     # a permutation-equivariant map would give out[perm]; the conv sees neighbours, so it does not
-    assert not torch.allclose(pos.after_block(x[:, perm], grid, 0), pos.after_block(x, grid, 0)[:, perm], atol=1e-3)
+    assert not torch.allclose(pos.after_block(x[:, perm], grid, 0), pos.after_block(x, grid, 0)[:, perm], atol=VISIBLY)
     # zero padding: the same token value at the border and in the middle comes out differently
     const = pos.after_block(torch.ones(1, 60, pos.dim), grid, 0).reshape(6, 10, -1)
     assert not torch.allclose(const[0, 0], const[3, 5])
@@ -401,7 +408,7 @@ def test_peg_permuting_patches_changes_its_output_and_the_logits(tiny):
     swapped = images.clone()
     swapped[..., :4, :4], swapped[..., 8:12, 20:24] = images[..., 8:12, 20:24], images[..., :4, :4]
     with torch.no_grad():
-        assert not torch.allclose(m(images), m(swapped), atol=1e-5)
+        assert not torch.allclose(m(images), m(swapped), atol=SEEN)
 
 
 def test_peg_serves_new_grids_and_learns(tiny):
@@ -436,7 +443,7 @@ def test_rope2d_plus_learned_has_both_parts(tiny, grid):
     x = torch.randn(2, n, 32)
     with torch.no_grad():
         diff = m.pos.tokens(x, grid) - alone.tokens(x, grid)
-        torch.testing.assert_close(diff, learned.table_for(grid).expand_as(x), atol=1e-6, rtol=0)
+        torch.testing.assert_close(diff, learned.table_for(grid).expand_as(x), **TRIG)
     if grid == TRAIN:
         assert torch.equal(m.pos.tokens(x, grid) - x, (x + learned.table) - x)
     for a, b in zip(m.pos.attn_pos(grid), alone.attn_pos(grid)):

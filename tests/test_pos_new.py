@@ -35,6 +35,13 @@ FP32 = dict(rtol=1e-5, atol=1e-5)  # fp32 rotations and logits of unit-scale vec
 LOGIT = dict(rtol=1e-4, atol=1e-4)  # logits of random q, k after two fp32 rotations each
 DET = dict(rtol=1e-4, atol=1e-4)  # determinant of an fp32 8x8 rotation (a product of 8 rounded factors)
 VISIBLY = 1e-2  # a property that fails, fails by at least this much
+SLACK = 1e-6  # fp32 rounding at the ends of a range a drawn scale must stay in
+JITTER_SLACK = 1e-5  # the same for scales and shifts recovered from fp32 coordinates
+ANGLE_SLACK = 1e-9  # fp64 rounding of an angle at the edge of a field of view (degrees)
+EXP = dict(rtol=1e-10, atol=1e-10)  # fp64 matrix exponential against torch.linalg.matrix_exp
+EXP_GRAD = dict(rtol=1e-9, atol=1e-9)  # its fp64 gradient against autograd through matrix_exp
+FP64 = dict(rtol=1e-12, atol=1e-12)  # an fp64 identity
+SERIES = dict(rtol=0, atol=1e-9)  # the fp64 scaling-and-squaring series against matrix_exp
 
 
 def grid_yx(grid):
@@ -125,7 +132,7 @@ def visible_by_angle(grid, centre, fov):
     dy, dx = offsets(grid)
     angle = torch.rad2deg(torch.atan2(-dy.double(), dx.double()))
     diff = torch.remainder(angle - centre + 180, 360) - 180
-    return (diff.abs() <= fov / 2 + 1e-9) | ((dy == 0) & (dx == 0))
+    return (diff.abs() <= fov / 2 + ANGLE_SLACK) | ((dy == 0) & (dx == 0))
 
 
 @pytest.mark.parametrize("fov", [180, 90, 45])
@@ -243,7 +250,7 @@ def test_rope2d_norm_augments_only_in_training_with_dinov3_ranges(tiny, builds):
     ratios = torch.stack([m.pos.coords(TRAIN) / base for _ in range(200)])  # (draws, N, 2)
     per_draw = ratios[:, 0, 0]
     torch.testing.assert_close(ratios, per_draw[:, None, None].expand_as(ratios), **FP32)  # one shared scale
-    assert per_draw.min() >= 0.5 - 1e-6 and per_draw.max() <= 2.0 + 1e-6
+    assert per_draw.min() >= 0.5 - SLACK and per_draw.max() <= 2.0 + SLACK
     assert per_draw.min() < 0.6 and per_draw.max() > 1.7  # log-uniform over the whole range
     assert (per_draw.log().mean()).abs() < 0.15  # symmetric in log space
     # evaluation: deterministic and cached
@@ -276,9 +283,9 @@ def test_rope2d_norm_shift_and_jitter(tiny):
         shifts.append(c.mean(0) / s - base.mean(0))
         torch.testing.assert_close(c, (base + shifts[-1]) * s, **FP32)
     scales, shifts = torch.stack(scales), torch.stack(shifts)
-    assert scales.min() >= 1 / 1.5 - 1e-5 and scales.max() <= 1.5 + 1e-5
+    assert scales.min() >= 1 / 1.5 - JITTER_SLACK and scales.max() <= 1.5 + JITTER_SLACK
     assert (scales[:, 0] != scales[:, 1]).all()  # jitter: one scale per axis
-    assert shifts.abs().max() <= 0.5 + 1e-5 and shifts.abs().max() > 0.4
+    assert shifts.abs().max() <= 0.5 + JITTER_SLACK and shifts.abs().max() > 0.4
     m.pos.shift = m.pos.jitter = None
     torch.testing.assert_close(m.pos.coords(TRAIN), base, **EXACT)  # nothing on: training is evaluation
     with pytest.raises(ValueError, match="rescale"):
@@ -364,11 +371,11 @@ def test_skew_exp_matches_matrix_exp_and_its_gradient(b):
     a = skew_from_coefficients(coeffs, b).requires_grad_()
     g = torch.randn(6, b, b, dtype=torch.float64)
     ours, ref = SkewExp.apply(a), torch.linalg.matrix_exp(a)
-    torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(ours, ref, **EXP)
     (grad_ours,) = torch.autograd.grad(ours, a, g)
     (grad_ref,) = torch.autograd.grad(ref, a, g)
-    torch.testing.assert_close(grad_ours, grad_ref, rtol=1e-9, atol=1e-9)
-    torch.testing.assert_close(grad_ours[0], g[0], rtol=1e-12, atol=1e-12)  # d exp at 0 is the identity map
+    torch.testing.assert_close(grad_ours, grad_ref, **EXP_GRAD)
+    torch.testing.assert_close(grad_ours[0], g[0], **FP64)  # d exp at 0 is the identity map
     a32 = a.detach().float().requires_grad_()
     out32 = SkewExp.apply(a32)
     assert out32.dtype == torch.float32
@@ -380,7 +387,7 @@ def test_the_series_exp_used_for_export_matches_matrix_exp(norm):
     """Scaling and squaring (matmuls only, what ONNX can run) agrees with matrix_exp far beyond real norms."""
     a = skew_from_coefficients(torch.randn(3, 28, dtype=torch.float64), 8)
     a = a / torch.linalg.matrix_norm(a, 2)[:, None, None] * norm
-    torch.testing.assert_close(skew_exp_series(a), torch.linalg.matrix_exp(a), rtol=0, atol=1e-9)
+    torch.testing.assert_close(skew_exp_series(a), torch.linalg.matrix_exp(a), **SERIES)
     assert skew_exp_series(a.float()).dtype == torch.float32
 
 

@@ -49,6 +49,7 @@ def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
 
 
 METRIC_ATOL = 1e-5  # a resumed run retraces the uninterrupted one (same RNG states), up to float noise
+WEIGHTS = dict(rtol=1e-5, atol=1e-6)  # and so do its weights
 
 
 # -- resume after SIGKILL ----------------------------------------------------------------------------------------
@@ -121,7 +122,7 @@ def test_sigkill_then_resume_reaches_the_same_step_and_weights(tmp_path):
     _, m_full = model_from_checkpoint(full / "checkpoints" / "last.ckpt")
     _, m_killed = model_from_checkpoint(killed / "checkpoints" / "last.ckpt")
     for (name, a), b in zip(m_full.state_dict().items(), m_killed.state_dict().values()):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+        torch.testing.assert_close(a, b, **WEIGHTS, msg=name)
 
 
 def test_a_new_metric_name_rewrites_the_history_whole_or_not_at_all(tmp_path, monkeypatch):
