@@ -1,44 +1,45 @@
 """Diagnostics of one checkpoint per scheme: pictures in docs/diagnostics/<run>/, the summary in JSON.
 
-    python benchmarks/results.py         # the runs this reads (runs/bench-shapes/<pos>-<stem>-lr<X>-seed<K>)
+    python benchmarks/results.py         # the runs this reads (docs/results.json)
     python benchmarks/diagnostics.py     # docs/diagnostics.json and docs/diagnostics/<run>/
     python benchmarks/render.py          # docs/diagnostics.md
 
-``vitpos.diagnose.diagnose`` on ``last.ckpt`` of every finished run matching ``--pattern``: patch-shuffle top-1,
-attention distance per block, pictures.
+``vitpos.diagnose.diagnose`` on ``last.ckpt`` of every seed-0 run of docs/results.json at the default position lr
+scale: patch-shuffle top-1, attention distance per block, pictures.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from common import ROOT, write_record  # noqa: E402  (benchmarks/ is on sys.path as a script)
 
-from vitpos.config import Config
 from vitpos.diagnose import diagnose
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", default="runs/bench-shapes", help="folder of finished runs (results.json)")
+    p.add_argument("--results", default=str(ROOT / "docs" / "results.json"), help="the runs (benchmarks/results.py)")
     p.add_argument("--docs", default=str(ROOT / "docs"), help="pictures go to DOCS/diagnostics/<run>/")
     p.add_argument("--num-images", type=int, default=256)
-    p.add_argument("--pattern", default=f"*-lr{Config().optim.pos_lr_scale:g}-seed0", help="run folder names")
     a = p.parse_args(argv)
-    runs = sorted(d for d in Path(a.runs).glob(a.pattern) if (d / "results.json").is_file())
-    if not runs:
-        sys.exit(f"diagnostics.py: error: no finished runs in {a.runs}; run benchmarks/results.py first")
+    results = json.loads(Path(a.results).read_text())
+    default = results["budget"]["default_pos_lr_scale"]
     records = []
-    for run in runs:
-        out = Path(a.docs, "diagnostics", run.name)
-        s = diagnose(run / "checkpoints" / "last.ckpt", out, num_images=a.num_images, overwrite=True)
-        records.append({"run": run.name, "patch_shuffle": s["patch_shuffle"], "pictures": s["pictures"],
-                        "attention_distance": s["mean_attention_distance_per_block"]})  # fmt: skip
+    for r in results["runs"]:
+        if (r["seed"], r["pos_lr_scale"]) == (0, default):
+            run = ROOT / r["run"]
+            s = diagnose(run / "checkpoints" / "last.ckpt", Path(a.docs, "diagnostics", run.name),
+                         num_images=a.num_images, overwrite=True)  # fmt: skip
+            records.append({"run": run.name, "patch_shuffle": s["patch_shuffle"], "pictures": s["pictures"],
+                            "attention_distance": s["mean_attention_distance_per_block"]})  # fmt: skip
     write_record(Path(a.docs, "diagnostics.json"), "diagnostics.py", argv, num_images=a.num_images, runs=records)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

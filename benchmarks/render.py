@@ -498,8 +498,9 @@ PAGES = {  # docs/<name>.md from its JSON record and the folder the record is in
 }
 
 
-def main() -> int:
-    folder = Path(sys.argv[1]) if len(sys.argv) > 1 else DOCS
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    folder = Path(argv[0]) if argv else DOCS
     for name, render in PAGES.items():
         data = read(folder / f"{name}.json")
         if data is not None:  # a page without its JSON is left as it is

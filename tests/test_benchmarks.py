@@ -1,10 +1,12 @@
-"""Shared benchmark plumbing: a finished sweep is reused only for the same command on unchanged checkpoints."""
+"""The benchmarks' plumbing and statistics, and the pages render.py makes from their JSON."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 from helpers import ROOT  # noqa: E402
@@ -14,9 +16,14 @@ from helpers import ROOT  # noqa: E402
 def bench(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     import common
-    import fashion_mnist  # noqa: F401  (imports its helpers from common)
 
     return common
+
+
+@pytest.mark.parametrize("script", sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")))
+def test_every_benchmark_imports(bench, script):
+    """No test runs the benchmarks themselves: importing each at least finds every name it takes from vitpos."""
+    importlib.import_module(script)
 
 
 def test_a_finished_sweep_is_reused_only_when_command_and_checkpoints_match(bench, tmp_path):
@@ -78,3 +85,96 @@ def test_comparisons_say_beats_only_where_intervals_separate(bench):
     })  # fmt: skip
     assert lines[0] == "- `a` beats `b`; not separated from `c`."
     assert "`d`" not in "".join(lines) and not any(line.startswith("- `b` beats") for line in lines)
+
+
+def record(**data) -> dict:
+    """A benchmark's JSON record as common.write_record writes it, around ``data``."""
+    machine = {"date": "2026-01-02", "cpu": "a test CPU", "cores": 2, "torch": "2.0"}
+    return {"command": "python benchmarks/x.py --flag", "machine": machine, "load_average": [0.5, 0.4, 0.3], **data}
+
+
+def rows(page: str) -> list[list[str]]:
+    """The body rows of every markdown table on ``page``, as cells."""
+    lines = [ln for ln in page.splitlines() if ln.startswith("|") and not ln.startswith("| ---")]
+    return [[c.strip() for c in ln.strip("|").split("|")] for ln in lines]
+
+
+DIAGNOSTICS = record(num_images=64, runs=[
+    {"run": "rope2d-patch-lr30-seed0", "patch_shuffle": {"top1": 0.996, "top1_shuffled": 0.219, "drop": 0.777},
+     "pictures": ["rope_kernel.png", "attention_distance.png"], "attention_distance": [3.981, 4.1, 4.276]},
+    {"run": "none-patch-seed0", "patch_shuffle": {"top1": 0.336, "top1_shuffled": 0.336, "drop": 0.0},
+     "pictures": ["attention_distance.png"], "attention_distance": [4.114, 4.151]},
+])  # fmt: skip
+COMPILE = record(model="tiny", dims={"embed_dim": 192, "depth": 6, "num_heads": 3}, patch_size=4, dtype="fp32",
+                 gpu=None, threads=2, warmup=2, repeats=3, steps=3, rows=[
+    {"scheme": "rope2d", "mode": "train", "grid": 8, "first_call_s": 17.62,
+     "eager_img_s": [100.0, 110.0, 90.0], "compiled_img_s": [120.0, 121.0, 99.0]},
+    {"scheme": "rope2d", "mode": "eval", "grid": 12, "first_call_s": 8.8,
+     "eager_img_s": [200.0, 210.0, 190.0], "compiled_img_s": [250.0, 210.0, 209.0]},
+])  # fmt: skip
+
+
+def test_diagnostics_page_shows_each_runs_numbers_and_links_its_pictures(bench, tmp_path):
+    import render
+
+    page = render.PAGES["diagnostics"](DIAGNOSTICS, tmp_path)
+    assert rows(page)[1:] == [
+        ["`rope2d-patch-lr30-seed0`", "99.6 %", "21.9 %", "+77.7 pts", "3.98 / 4.28",
+         "[rope_kernel](diagnostics/rope2d-patch-lr30-seed0/rope_kernel.png) "
+         "[attention_distance](diagnostics/rope2d-patch-lr30-seed0/attention_distance.png)"],
+        ["`none-patch-seed0`", "33.6 %", "33.6 %", "+0.0 pts", "4.11 / 4.15",
+         "[attention_distance](diagnostics/none-patch-seed0/attention_distance.png)"],
+    ]  # fmt: skip
+    assert "`python benchmarks/x.py --flag`" in page  # the command that measured
+
+
+def test_compile_page_gives_the_medians_and_per_round_speed_ups(bench, tmp_path):
+    import render
+
+    page = render.PAGES["performance_compile"](COMPILE, tmp_path)
+    # speed-ups per round: 1.2, 1.1, 1.1 (train) and 1.25, 1.0, 1.1 (eval): the median, (lowest to highest)
+    assert rows(page)[1:] == [
+        ["`rope2d`", "train", "8x8", "17.6", "100.0", "120.0", "1.10 (1.10 to 1.20)"],
+        ["`rope2d`", "eval", "12x12", "8.8", "200.0", "210.0", "1.10 (1.00 to 1.25)"],
+    ]
+    assert "`python benchmarks/x.py --flag`" in page
+
+
+def test_render_writes_the_pages_whose_json_is_there_and_no_other(bench, tmp_path):
+    import render
+
+    for name, data in (("diagnostics", DIAGNOSTICS), ("performance_compile", COMPILE)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    assert render.main([str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "diagnostics.json", "diagnostics.md", "performance_compile.json", "performance_compile.md"]  # fmt: skip
+    assert (tmp_path / "diagnostics.md").read_text() == render.PAGES["diagnostics"](DIAGNOSTICS, tmp_path)
+
+
+def test_diagnostics_takes_each_schemes_seed_0_run_at_the_default_scale(bench, tmp_path, monkeypatch):
+    import diagnostics
+    import render
+
+    runs = [("rope2d-patch-seed0", 0, 30.0), ("learned-patch-lr30-seed0", 0, 30.0),  # rope2d: no lr in its name
+            ("learned-patch-lr30-seed1", 1, 30.0), ("learned-patch-lr1-seed0", 0, 1.0)]  # fmt: skip
+    results = {
+        "budget": {"default_pos_lr_scale": 30.0},
+        "runs": [{"run": f"runs/x/{name}", "seed": seed, "pos_lr_scale": scale} for name, seed, scale in runs],
+    }
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    seen = []
+
+    def diagnose(ckpt, out, num_images, overwrite):
+        seen.append(Path(ckpt).parent.parent.name)
+        return {"patch_shuffle": {"top1": 0.5, "top1_shuffled": 0.25, "drop": 0.25},
+                "pictures": ["attention_distance.png"], "mean_attention_distance_per_block": [3.0, 4.0]}  # fmt: skip
+
+    monkeypatch.setattr(diagnostics, "diagnose", diagnose)
+    argv = ["--results", str(tmp_path / "results.json"), "--docs", str(tmp_path), "--num-images", "8"]
+    assert diagnostics.main(argv) == 0
+    assert seen == ["rope2d-patch-seed0", "learned-patch-lr30-seed0"]
+    page = render.PAGES["diagnostics"](json.loads((tmp_path / "diagnostics.json").read_text()), tmp_path)
+    assert [row[:5] for row in rows(page)[1:]] == [
+        ["`rope2d-patch-seed0`", "50.0 %", "25.0 %", "+25.0 pts", "3.00 / 4.00"],
+        ["`learned-patch-lr30-seed0`", "50.0 %", "25.0 %", "+25.0 pts", "3.00 / 4.00"],
+    ]
