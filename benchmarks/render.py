@@ -145,19 +145,19 @@ def render_results(d: dict, folder: Path) -> str:
         return [r["test_top1"] for r in sorted(by.get((*key, scale), []), key=lambda r: r["seed"])]
 
     seed_range = max((max(v) - min(v) for v in map(top1, trained) if len(v) >= 3), default=math.nan)
-    single = []  # a rule-off run of one seed, held against the default's interval or its one seed
-    for k, (off, *more), on in [(k, top1(k, 1.0), top1(k)) for k in ablated]:
-        if more:
-            continue
-        if len(on) >= 2:
-            _, lo, hi = mean_ci(on)
-            where = "inside" if lo <= off <= hi else "above" if off > hi else "below"
-            single.append(f"- {label(*k)}: scale 1 scores {pct(off)} (one seed), {where} the 95 % interval of "
-                          f"scale {default:g}.")  # fmt: skip
-        else:
-            single.append(f"- {label(*k)}: scale {default:g} is {pct(abs(on[0] - off))} points "
-                          f"{'above' if on[0] >= off else 'below'} scale 1 (one seed each; the widest seed-to-seed "
-                          f"range of a scheme with three seeds is {pct(seed_range)} points).")  # fmt: skip
+
+    def against(k: tuple[str, str]) -> str:
+        """A rule-off run of one seed, held against the default's 95 % interval or against its one seed."""
+        off, on = top1(k, 1.0), top1(k)
+        if len(off) != 1:
+            return "–"
+        if len(on) == 1:
+            return f"{100 * (off[0] - on[0]):+.1f} points (one seed each)"
+        _, lo, hi = mean_ci(on)
+        return ("inside" if lo <= off[0] <= hi else "above" if off[0] > hi else "below") + " its 95 % interval"
+
+    ablation = [[label(*k), interval(top1(k, 1.0)), interval(top1(k)), against(k)] for k in ablated]
+    singles = any(len(top1(k, 1.0)) == len(top1(k)) == 1 for k in ablated)  # the seed range is their yardstick
     allowed = comparisons({k: top1(k) for k in trained})
     if by.get(("none", "patch", default)):
         allowed.insert(0, f"- `none` with the patch stem (exactly blind to patch order) scores "
@@ -193,9 +193,9 @@ def render_results(d: dict, folder: Path) -> str:
         "default schedule, while a table that starts at std .02 must grow to the scale of the tokens. Rule off "
         "(scale 1) against the default, test top-1; schemes without position parameters "
         f"({', '.join(label(*k) for k in trained if k not in learns)}) train identically at every scale.",
-        table(["scheme", "scale 1", f"scale {default:g}"],
-              [[label(*k), interval(top1(k, 1.0)), interval(top1(k))] for k in ablated]),
-        single,
+        table(["scheme", "scale 1", f"scale {default:g}", f"scale 1 against scale {default:g}"], ablation),
+        f"One seed each: the widest seed-to-seed range of a scheme with three seeds is {pct(seed_range)} points."
+        if singles else None,
         *(["Every scale measured (test top-1 of each seed, seeds 0 / 1 / 2 where run):",
            table(["scheme", *(f"x {sc:g}" for sc in scales)],
                  [[label(*k)] + [" / ".join(map(pct, top1(k, sc))) or "–" for sc in scales] for k in swept])]
