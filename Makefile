@@ -40,9 +40,6 @@ bench-compile: .venv
 bench-export: .venv
 	$(PY) benchmarks/export.py --threads 1 --batch-size 16 --steps 1 --repeats 3 && $(PY) benchmarks/render.py
 
-bench-liere: .venv
-	$(PY) benchmarks/liere_cost.py && $(PY) benchmarks/render.py
-
 bench-data: .venv
 	$(PY) benchmarks/data_loading.py --images 400 --repeats 5 && $(PY) benchmarks/render.py
 
@@ -50,4 +47,4 @@ bench-diagnostics: .venv
 	$(PY) benchmarks/diagnostics.py && $(PY) benchmarks/render.py
 
 .PHONY: train test lint format slow notebooks bench-results bench-resolution bench-throughput bench-compile \
-	bench-export bench-liere bench-data bench-diagnostics
+	bench-export bench-data bench-diagnostics

@@ -24,17 +24,12 @@ sys.path.insert(0, str(ROOT))
 MAIN_RUNS = ["learned:patch", "sincos2d:patch", "rope2d:patch", "relbias:patch", "none:patch", "none:conv"]
 
 
-def env() -> dict[str, str]:
-    """The environment for a vitpos subprocess: this checkout first on the path, no inherited run folder."""
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), e.get("PYTHONPATH")]))
-    e.pop("VITPOS_RUN_OUT", None)
-    return e
-
-
 def run(cmd: list[str]) -> None:
+    """A vitpos command in this checkout: its package first on the path, no run folder inherited from the caller."""
     print("+", shlex.join(cmd), flush=True)
-    subprocess.run(cmd, cwd=ROOT, env=env(), check=True)
+    env = {k: v for k, v in os.environ.items() if k != "VITPOS_RUN_OUT"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True)
 
 
 def machine() -> dict[str, str | int]:

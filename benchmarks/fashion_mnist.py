@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     run_specs(p, args.runs)
     out = ROOT / args.out
     threads = str(max(1, len(os.sched_getaffinity(0)) // args.jobs))
-    os.environ["OMP_NUM_THREADS"] = threads  # inherited by each training (common.env copies os.environ)
+    os.environ["OMP_NUM_THREADS"] = threads  # inherited by each training (common.run passes os.environ on)
 
     def train(job: tuple[str, int]) -> dict:
         (pos, _, stem), seed = job[0].partition(":"), job[1]
