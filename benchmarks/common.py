@@ -17,6 +17,10 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vitpos.config import Config
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -79,7 +83,7 @@ def train_run(run_dir: Path, flags: list[str], retrain: bool = False) -> dict:
             "run": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir)}  # fmt: skip
 
 
-def study_budget(cfg, **more) -> dict:
+def study_budget(cfg: Config, **more: object) -> dict:
     """The budget a study's page states: the model's size, the epochs, the batch and the learning rate, and ``more``."""
     m, o = cfg.model, cfg.optim
     return {"embed_dim": m.embed_dim, "depth": m.depth, "num_heads": m.num_heads, "patch_size": m.patch_size,

@@ -21,7 +21,7 @@ import torch
 from common import ROOT, round_robin, write_record  # noqa: E402  (benchmarks/ is on sys.path as a script)
 from PIL import Image
 
-from vitpos.config import Config
+from vitpos.config import Config, DataConfig
 from vitpos.data import build_datamodule
 from vitpos.data.shard import write_shards
 
@@ -56,14 +56,14 @@ def make_jpegs(root: Path, n: int, classes: int = 10, seed: int = 0) -> dict:
     return {"images": n, "mean_kb": statistics.mean(sizes) / 1024, "mean_megapixels": statistics.mean(pixels) / 1e6}
 
 
-def imagenet_data_config(name: str, data_dir: Path):
+def imagenet_data_config(name: str, data_dir: Path) -> DataConfig:
     """The data config of configs/imagenet.yaml (its training transforms at 224 px) read from ``data_dir``."""
     cfg = Config.from_yaml(ROOT / "configs" / "imagenet.yaml").data
     cfg.name, cfg.data_dir, cfg.batch_size, cfg.num_workers = name, str(data_dir), 64, 0
     return cfg
 
 
-def keep(x):
+def keep(x: object) -> object:
     """Decode only: what the reader decoded, as it is (no transform, no collation)."""
     return x
 

@@ -14,6 +14,7 @@ import json
 import math
 import sys
 from collections import defaultdict
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from statistics import median
@@ -106,7 +107,7 @@ def run_row(key: tuple[str, str], runs: list[dict], *more: str) -> list[str]:
 
 
 @contextmanager
-def figure(png: Path, legend: str):
+def figure(png: Path, legend: str) -> Iterator:
     """The axes of a figure drawn without a display, saved to ``png`` with its legend at ``legend``."""
     import matplotlib
 

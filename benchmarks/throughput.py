@@ -19,6 +19,7 @@ import ctypes
 import gc
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import timm
@@ -53,11 +54,11 @@ def build(name: str, img: int, a: argparse.Namespace) -> torch.nn.Module:
     return VisionTransformerRelPos(rel_pos_type="bias", init_values=None, **kw)
 
 
-def amp(a: argparse.Namespace):
+def amp(a: argparse.Namespace) -> contextlib.AbstractContextManager:
     return torch.autocast(a.device, dtype=torch.bfloat16) if a.dtype == "bf16" else contextlib.nullcontext()
 
 
-def trainer(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, a: argparse.Namespace):
+def trainer(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, a: argparse.Namespace) -> Callable[[], None]:
     """One training step of ``model`` on (x, y), its own AdamW."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05, fused=a.device == "cuda" or None)
 
@@ -71,7 +72,7 @@ def trainer(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, a: argpars
     return step
 
 
-def repeat(fn, n: int, a: argparse.Namespace):
+def repeat(fn: Callable[[], object], n: int, a: argparse.Namespace) -> Callable[[], None]:
     """fn called n times, then the device synchronised: what one timed round runs."""
 
     def run() -> None:
