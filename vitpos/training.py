@@ -332,8 +332,9 @@ def quiet_logs() -> None:
     """Silence Lightning's banners and tips (its info messages) and the warnings known to be harmless here.
 
     Lightning's own warnings (rank_zero_warn) and every other warning still show."""
+    # (fabric's distributed module: "Initializing distributed: ...", one line per rank)
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda",
-                 "lightning.fabric.utilities.rank_zero"):  # fmt: skip
+                 "lightning.fabric.utilities.rank_zero", "lightning.fabric.utilities.distributed"):  # fmt: skip
         logging.getLogger(name).setLevel(logging.WARNING)
     for message in (
         r".*does not have many workers.*",  # num_workers=0 is the CPU default here, on purpose
