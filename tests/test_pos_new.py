@@ -533,3 +533,16 @@ def test_a_bad_scheme_option_is_one_line_and_exit_2(kwarg, request, tmp_path, ca
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"train.py: error: --pos {pos} ")
     assert not (tmp_path / "run").exists()
+
+
+def test_an_unknown_scheme_option_names_the_options_the_scheme_takes(tmp_path, capsys):
+    from vitpos.pos import build_pos
+    from vitpos.training import main
+
+    assert main(["--pos", "rope2d", "--pos-kwarg", "foo=1", "--out", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "train.py: error: --pos rope2d with --pos-kwarg {'foo': 1}: rope2d has no option foo; "
+        "its options: theta, yarn_alpha, yarn_beta, yarn_temperature"
+    )
+    with pytest.raises(ValueError, match="^learned has no option theta; its options: init_std$"):
+        build_pos("rope2d+learned", dim=32, num_heads=2, depth=1, grid=(4, 4), learned={"theta": 10.0})

@@ -149,7 +149,7 @@ BAD_INPUT = [
     (["--pos", "rope2d", "--embed-dim", "24", "--num-heads", "4"], "head dim divisible by 4"),
     (["--config", "{tmp}/betas.yaml"], "optim.betas must be a list of 2 numbers, got 0.9"),
     (["--label-smoothing", "2"], "--label-smoothing must be in [0, 1), got 2"),
-    (["--pos", "rope2d", "--pos-kwarg", "bogus=1"], "unexpected keyword argument 'bogus'"),
+    (["--pos", "rope2d", "--pos-kwarg", "bogus=1"], "rope2d has no option bogus; its options: theta"),
     (["--pos", "rope2d", "--pos-kwarg", "theta=abc"], "--pos rope2d with --pos-kwarg {'theta': 'abc'}"),
     (["--pos-kwarg", "theta"], "--pos-kwarg expects KEY=VALUE"),
     (["--out", "{tmp}/a_file"], "is a file, not a folder"),

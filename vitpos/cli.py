@@ -40,6 +40,8 @@ def _help(f: dataclasses.Field, default: Any) -> str:
     choices = choices_of(f)
     if choices:
         text += f" {{{', '.join(choices)}}}"
+    if "(default:" in text:  # the field says what its default means (e.g. a folder chosen at run time)
+        return text.replace("%", "%%")
     if isinstance(default, bool):
         shown = "on" if default else "off"
     elif default is None or default == [] or default == {}:
@@ -91,8 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
             if name == "model":
                 from .config import MODEL_PRESETS
 
+                presets = ", ".join(MODEL_PRESETS)
                 groups[name].add_argument(
-                    "--model", help=f"size preset {{{', '.join(MODEL_PRESETS)}}}; explicit dims override it"
+                    "--model", help=f"size preset {{{presets}}}; explicit dims override it (default: none)"
                 )
         if f.name in seen:  # two sections with one field name would share one flag's dest
             raise RuntimeError(f"config field name '{f.name}' appears in two sections")

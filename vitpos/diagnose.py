@@ -401,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ckpt", required=True, metavar="FILE", help="checkpoint to diagnose")
     p.add_argument("--out", metavar="DIR", help="folder for the PNGs and diagnostics.json (default: RUN/diagnostics/ "
                    "for RUN/checkpoints/last.ckpt, RUN/diagnostics-<stem>/ for another checkpoint of RUN)")  # fmt: skip
-    p.add_argument("--num-images", type=int, default=256, help="validation images to use (default 256)")
+    p.add_argument("--num-images", type=int, default=256, help="validation images to use (default: 256)")
     p.add_argument("--data-dir", help="where the data set's files are (default: the checkpoint's)")
     p.add_argument("--overwrite", action="store_true", help="write into a non-empty --out (default: refuse)")
     return p

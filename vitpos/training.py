@@ -215,10 +215,12 @@ def resolve_config(args) -> Config:
 class _KeepHistoryWriter(ExperimentWriter):
     """Lightning's CSV writer, except that a resumed run keeps the rows logged before its checkpoint, and that
     no kill can leave the file half-written: Lightning rewrites ``metrics.csv`` in place (truncate, then write)
-    whenever a new metric name appears, which a SIGKILL in between turned into an empty history."""
+    whenever a new metric name appears, which a SIGKILL in between turned into an empty history.
 
-    def __init__(self, log_dir: str, resume_step: int | None):
-        self.resume_step = resume_step
+    ``epoch_summary`` is the checkpoint's :class:`EpochSummary` entry: written back, once, where the file lacks it."""
+
+    def __init__(self, log_dir: str, resume_step: int | None, epoch_summary: dict | None = None):
+        self.resume_step, self.epoch_summary = resume_step, epoch_summary
         super().__init__(log_dir)
 
     def _check_log_dir_exists(self) -> None:
@@ -234,12 +236,22 @@ class _KeepHistoryWriter(ExperimentWriter):
         rows = [r for r in reader if r.get("step") not in (None, "") and int(float(r["step"])) < self.resume_step]
         _write_csv(path, keys, rows)
         self.metrics_keys = keys
+        summary = self.epoch_summary
+        if summary and not any(_is_summary_row(r, summary) for r in rows):
+            # the run was killed between the checkpoint and Lightning's summary row: the row as Lightning logs it
+            self.log_metrics({**summary["metrics"], "epoch": summary["epoch"]}, step=summary["step"])
+            self.save()
 
     def _rewrite_with_new_header(self, fieldnames: list[str]) -> None:
         path = Path(self.metrics_file_path)
         with path.open(newline="") as f:
             rows = list(csv.DictReader(f))
         _write_csv(path, fieldnames, rows)
+
+
+def _is_summary_row(row: dict[str, str], summary: dict) -> bool:
+    step = row.get("step") or ""
+    return step != "" and int(float(step)) == summary["step"] and all(row.get(k) for k in summary["metrics"])
 
 
 def _write_csv(path: Path, keys: list[str], rows: list[dict]) -> None:
@@ -255,17 +267,43 @@ def _write_csv(path: Path, keys: list[str], rows: list[dict]) -> None:
 class HistoryCSVLogger(CSVLogger):
     """CSV logs that survive a resume: one ``metrics.csv`` holds the rows from before and after it."""
 
-    def __init__(self, *args, resume_step: int | None = None, **kwargs):
+    def __init__(self, *args, resume_step: int | None = None, epoch_summary: dict | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.resume_step = resume_step
+        self.resume_step, self.epoch_summary = resume_step, epoch_summary
 
     @property
     @rank_zero_experiment
     def experiment(self) -> ExperimentWriter:
         if self._experiment is None:
             os.makedirs(self.root_dir, exist_ok=True)
-            self._experiment = _KeepHistoryWriter(self.log_dir, self.resume_step)
+            self._experiment = _KeepHistoryWriter(self.log_dir, self.resume_step, self.epoch_summary)
         return self._experiment
+
+
+class EpochSummary(Callback):
+    """Keeps an epoch's training summary row (``train/loss_epoch``, ``train/top1``, ...) in the checkpoint
+    written at the end of that epoch.
+
+    Lightning logs that row only after the epoch's checkpoint is written, and a run resumed from the checkpoint
+    does not log it again, so a kill in between would lose it for good; the resumed run's CSV logger writes it
+    back from here (``checkpoint["epoch_summary"]``) when ``metrics.csv`` lacks it."""
+
+    KEY = "epoch_summary"
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        loop = trainer.fit_loop.epoch_loop
+        if not loop._num_ready_batches_reached():  # mid-epoch: the summary is not known yet
+            return
+        # The training results, also while validation is the active loop. Every rank saves, so a metric that
+        # syncs across ranks (torchmetrics) syncs here as it would at the epoch's end, which then reuses the value.
+        logged = loop._results.metrics(on_step=False)["log"]
+        if logged:
+            checkpoint[self.KEY] = {
+                "epoch": trainer.current_epoch,
+                # the step Lightning logs the row at: the epoch's last optimizer step, counted from 0
+                "step": trainer.global_step - 1,
+                "metrics": {k: float(v) for k, v in logged.items()},
+            }
 
 
 class TrainClock(Callback):
@@ -294,8 +332,9 @@ def quiet_logs() -> None:
     """Silence Lightning's banners and tips (its info messages) and the warnings known to be harmless here.
 
     Lightning's own warnings (rank_zero_warn) and every other warning still show."""
+    # (fabric's distributed module: "Initializing distributed: ...", one line per rank)
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda",
-                 "lightning.fabric.utilities.rank_zero"):  # fmt: skip
+                 "lightning.fabric.utilities.rank_zero", "lightning.fabric.utilities.distributed"):  # fmt: skip
         logging.getLogger(name).setLevel(logging.WARNING)
     for message in (
         r".*does not have many workers.*",  # num_workers=0 is the CPU default here, on purpose
@@ -307,7 +346,9 @@ def quiet_logs() -> None:
         warnings.filterwarnings("ignore", message=message)
 
 
-def build_trainer(cfg: Config, out: Path, resume_step: int | None = None) -> L.Trainer:
+def build_trainer(
+    cfg: Config, out: Path, resume_step: int | None = None, epoch_summary: dict | None = None
+) -> L.Trainer:
     t = cfg.trainer
     ckpt_dir = out / "checkpoints"
     # Lightning's save_last only writes when a top-k file was written, so `last.ckpt` gets its own
@@ -325,6 +366,7 @@ def build_trainer(cfg: Config, out: Path, resume_step: int | None = None) -> L.T
         ModelCheckpoint(dirpath=ckpt_dir, filename="last", enable_version_counter=False),
         LearningRateMonitor(logging_interval="step"),
         TrainClock(),
+        EpochSummary(),
     ]
     if t.ckpt_every_n_steps:
         callbacks.append(
@@ -339,6 +381,10 @@ def build_trainer(cfg: Config, out: Path, resume_step: int | None = None) -> L.T
         raise ConfigError(f"--accelerator {t.accelerator}: no CUDA GPU is available here; use --accelerator cpu")
     if t.accelerator == "mps" and not torch.backends.mps.is_available():
         raise ConfigError("--accelerator mps: MPS is not available here; use --accelerator cpu")
+    # flushed at every log call, so that a killed run loses no row written before its checkpoint
+    csv_logger = HistoryCSVLogger(
+        out, name="logs", version="", resume_step=resume_step, epoch_summary=epoch_summary, flush_logs_every_n_steps=1
+    )
     try:
         return L.Trainer(
             accelerator=t.accelerator,
@@ -349,11 +395,7 @@ def build_trainer(cfg: Config, out: Path, resume_step: int | None = None) -> L.T
             max_epochs=cfg.optim.epochs,
             gradient_clip_val=cfg.optim.grad_clip or None,
             default_root_dir=out,
-            # flushed at every log call, so that a killed run loses no row written before its checkpoint
-            logger=[
-                HistoryCSVLogger(out, name="logs", version="", resume_step=resume_step, flush_logs_every_n_steps=1),
-                TensorBoardLogger(out, name="tb", version=""),
-            ],  # fmt: skip
+            logger=[csv_logger, TensorBoardLogger(out, name="tb", version="")],
             callbacks=callbacks,
             plugins=[AtomicCheckpointIO()],
             fast_dev_run=t.fast_dev_run,
@@ -412,10 +454,12 @@ def _nothing_trained(out: Path) -> bool:
 
 
 def _run(cfg: Config, out: Path, pre=None) -> dict:
-    ckpt_path, resume_step = None, None
+    ckpt_path, resume_step, epoch_summary = None, None, None
     if cfg.trainer.resume:
         ckpt_path = out / "checkpoints" / "last.ckpt"
-        resume_step = int(load_checkpoint(ckpt_path).get("global_step", 0))  # a corrupt file fails here, in one line
+        ckpt = load_checkpoint(ckpt_path)  # a corrupt file fails here, in one line
+        resume_step, epoch_summary = int(ckpt.get("global_step", 0)), ckpt.get(EpochSummary.KEY)
+        del ckpt  # its weights: Lightning's restore loads its own copy
     L.seed_everything(cfg.trainer.seed, workers=True, verbose=False)
     dm = build_datamodule(cfg.data, img_size=cfg.model.img_size, seed=cfg.trainer.seed)
     dm.train_resolutions = list(cfg.trainer.train_resolutions)  # one resolution per batch; see vitpos.data.base
@@ -435,7 +479,7 @@ def _run(cfg: Config, out: Path, pre=None) -> dict:
                 print(f"vitpos: {note}", flush=True)
     if cfg.trainer.compile:
         lit.model.compile()
-    trainer = build_trainer(cfg, out, resume_step)
+    trainer = build_trainer(cfg, out, resume_step, epoch_summary)
     if trainer.is_global_zero:
         out.mkdir(parents=True, exist_ok=True)
         if not cfg.trainer.fast_dev_run and not cfg.trainer.resume:

@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
       help="resize interpolation {bicubic, bilinear, nearest} (default: as trained or as pretrained)")  # fmt: skip
     a("--mean", type=float, nargs="+", help="normalisation mean per channel (default: as trained)")
     a("--std", type=float, nargs="+", help="normalisation std per channel (default: as trained)")
-    a("--split", choices=["val", "test"], default="val", help="{val, test} (default: val)")
+    a("--split", choices=["val", "test"], default="val", help="the split to score {val, test} (default: val)")
     a("--batch-size", type=int, help="per-device batch size (default: the checkpoint's)")
     a("--num-workers", type=int, help="data loader worker processes (default: the checkpoint's)")
     a("--limit", type=int, help="evaluate only the first N images of the split (quick checks; default: all)")

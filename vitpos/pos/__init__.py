@@ -49,7 +49,10 @@ def build_pos(name: str, **kwargs) -> PosScheme:
     """Build the scheme ``name``; an unknown name raises ValueError listing the valid ones."""
     if name not in POS_REGISTRY:
         raise ValueError(f"unknown position scheme '{name}'; valid: {', '.join(POS_SCHEMES)}")
-    return POS_REGISTRY[name](**kwargs)
+    cls = POS_REGISTRY[name]
+    if not issubclass(cls, ComposedPos):  # a composition checks each part's options itself
+        cls.check_options(name, kwargs)
+    return cls(**kwargs)
 
 
 __all__ = ["POS_REGISTRY", "POS_SCHEMES", "AttnPos", "ComposedPos", "Grid", "PosScheme", "build_pos"]

@@ -13,6 +13,7 @@ trained on: ``methods`` names the ways, ``method`` selects one (the evaluator sw
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +44,7 @@ class AttnPos:
 
 
 NO_POS = AttnPos()
+COMMON_ARGS = ("dim", "num_heads", "depth", "grid", "num_prefix_tokens")  # every scheme's constructor takes these
 
 
 class PosScheme(nn.Module):
@@ -64,6 +66,26 @@ class PosScheme(nn.Module):
         self.num_prefix_tokens = num_prefix_tokens
         self._method = self.methods[0]
         self._cache: dict[tuple, object] = {}
+
+    @classmethod
+    def options(cls) -> list[str]:
+        """The keyword options this scheme takes beyond the common ones (its own and its parents')."""
+        names: list[str] = []
+        for klass in cls.__mro__:
+            if klass is PosScheme:
+                break
+            init = klass.__dict__.get("__init__")
+            params = inspect.signature(init).parameters.values() if init is not None else ()
+            names += [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.name not in names]
+        return names
+
+    @classmethod
+    def check_options(cls, name: str, kwargs: dict) -> None:
+        """ValueError naming the options in ``kwargs`` that scheme ``name`` does not take, and those it does."""
+        unknown = sorted(set(kwargs) - set(COMMON_ARGS) - set(cls.options()))
+        if unknown:
+            takes = ", ".join(cls.options()) or "none"
+            raise ValueError(f"{name} has no option {', '.join(unknown)}; its options: {takes}")
 
     # -- transfer method -------------------------------------------------------------
     @property

@@ -27,7 +27,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from .base import AttnPos, Grid, PosScheme
+from .base import COMMON_ARGS, AttnPos, Grid, PosScheme
 
 
 def product_methods(method_lists: Sequence[Sequence[str]]) -> tuple[str, ...]:
@@ -80,13 +80,15 @@ class ComposedPos(PosScheme):
         parts = self.part_classes
         if not parts:
             raise TypeError("build a composition from its class ComposedPos.of(name, registry)")
-        common = {k: kw.pop(k) for k in ("dim", "num_heads", "depth", "grid", "num_prefix_tokens") if k in kw}
+        common = {k: kw.pop(k) for k in COMMON_ARGS if k in kw}
         unknown = set(kw) - set(parts)
         if unknown:
             raise ValueError(
                 f"composition {'+'.join(parts)}: unknown keyword(s) {sorted(unknown)}; give a part's options "
                 f"as a dict under its name, one of {', '.join(parts)}"
             )
+        for name, cls in parts.items():
+            cls.check_options(name, kw.get(name, {}))
         super().__init__(**common)
         self.parts = nn.ModuleDict({name: cls(**common, **kw.get(name, {})) for name, cls in parts.items()})
 
