@@ -131,19 +131,28 @@ def line_style(i: int, markers: str, pos: str, stem: str, what: str = "") -> dic
 # -- results.md: every scheme trained on `shapes` -----------------------------------------------------------
 def render_results(d: dict, folder: Path) -> str:
     b = d["budget"]
-    default = b["default_pos_lr_scale"]
-    by = defaultdict(list)  # (pos, stem, scale) -> runs
+    default, wd0 = b["default_pos_lr_scale"], b.get("default_pos_weight_decay", 0.0)
+    by = defaultdict(list)  # (pos, stem, scale, position weight decay) -> runs
     for r in d["runs"]:
-        by[r["pos"], r["stem"], r["pos_lr_scale"]].append(r)
+        by[r["pos"], r["stem"], r["pos_lr_scale"], r.get("pos_weight_decay", 0.0)].append(r)
     order = list(dict.fromkeys((r["pos"], r["stem"]) for r in d["runs"]))
-    trained = [k for k in order if by.get((*k, default))]
-    learns = [k for k in trained if by[(*k, default)][0]["pos_params"]]  # schemes with position parameters
-    ablated = [k for k in learns if by.get((*k, 1.0))]
+    trained = [k for k in order if by.get((*k, default, wd0))]
+    learns = [k for k in trained if by[(*k, default, wd0)][0]["pos_params"]]  # schemes with position parameters
+    ablated = [k for k in learns if by.get((*k, 1.0, 0.0))]
     scales = sorted({r["pos_lr_scale"] for r in d["runs"]})
-    swept = [k for k in order if sum(1 for sc in scales if by.get((*k, sc))) > 2]
+    swept = [k for k in order if sum(1 for sc in scales if by.get((*k, sc, 0.0))) > 2]
+    decays = sorted({r.get("pos_weight_decay", 0.0) for r in d["runs"]} - {wd0})
+    decayed = [k for k in learns if any(by.get((*k, default, w)) for w in decays)]
 
-    def top1(key: tuple[str, str], scale: float = default) -> list[float]:
-        return [r["test_top1"] for r in sorted(by.get((*key, scale), []), key=lambda r: r["seed"])]
+    def top1(key: tuple[str, str], scale: float = default, wd: float | None = None) -> list[float]:
+        runs = by.get((*key, scale, (wd0 if scale == default else 0.0) if wd is None else wd), [])
+        return [r["test_top1"] for r in sorted(runs, key=lambda r: r["seed"])]
+
+    def decay_row(k: tuple[str, str]) -> list[str]:
+        cells = [interval(top1(k, default, w)) if top1(k, default, w) else "–" for w in decays]
+        verdicts = [("separated" if separated(top1(k), top1(k, default, w)) else "not separated")
+                    if len(top1(k)) > 1 and len(top1(k, default, w)) > 1 else "–" for w in decays]  # fmt: skip
+        return [label(*k), interval(top1(k)), *cells, *verdicts]
 
     seed_range = max((max(v) - min(v) for v in map(top1, trained) if len(v) >= 3), default=math.nan)
 
@@ -160,7 +169,7 @@ def render_results(d: dict, folder: Path) -> str:
     ablation = [[label(*k), interval(top1(k, 1.0)), interval(top1(k)), against(k)] for k in ablated]
     singles = any(len(top1(k, 1.0)) == len(top1(k)) == 1 for k in ablated)  # the seed range is their yardstick
     allowed = comparisons({k: top1(k) for k in trained})
-    if by.get(("none", "patch", default)):
+    if by.get(("none", "patch", default, wd0)):
         allowed.insert(0, f"- `none` with the patch stem (exactly blind to patch order) scores "
                           f"{pct(mean_ci(top1(('none', 'patch')))[0])} %, against the {pct(BAG_CEILING)} % a bag "
                           "of patches can reach.")  # fmt: skip
@@ -187,7 +196,7 @@ def render_results(d: dict, folder: Path) -> str:
         "time of `Trainer.fit` (training and per-epoch validation) with one thread per run, two runs at a time, "
         "alongside other jobs: it varies with the machine's load, not only with the scheme.",
         table(["scheme", "test top-1", "best val top-1", "train time"],
-              [run_row(k, by[(*k, default)]) for k in trained]),
+              [run_row(k, by[(*k, default, wd0)]) for k in trained]),
         "## The position learning-rate rule",
         f"The position scheme's own parameters train at lr x `pos_lr_scale` (default {default:g}), the same rule "
         "for every scheme. Under Adam a parameter moves at most about the summed learning rate, ~0.3 over the "
@@ -199,8 +208,15 @@ def render_results(d: dict, folder: Path) -> str:
         if singles else None,
         *(["Every scale measured (test top-1 of each seed, seeds 0 / 1 / 2 where run):",
            table(["scheme", *(f"x {sc:g}" for sc in scales)],
-                 [[label(*k)] + [" / ".join(map(pct, top1(k, sc))) or "–" for sc in scales] for k in swept])]
+                 [[label(*k)] + [" / ".join(map(pct, top1(k, sc, 0.0))) or "–" for sc in scales] for k in swept])]
           if swept else []),
+        *([f"Position weight decay (`--pos-weight-decay`, AdamW's decoupled decay of the position parameters: each "
+           f"step shrinks them by lr x {default:g} x decay) at scale {default:g}, against the default decay "
+           f"{wd0:g}; test top-1. A decay bounds how far a table drifts from zero, and pulls every position parameter "
+           "towards \"no position\", tables and convs alike:",
+           table(["scheme", f"decay {wd0:g}", *(f"decay {w:g}" for w in decays),
+                  *(f"{w:g} against {wd0:g}" for w in decays)], [decay_row(k) for k in decayed])]
+          if decayed else []),
         "## What the intervals allow",
         allowed,
         f"Published, for orientation ({ref['source']}): {ref['setting']}. CIFAR-10 top-1: "

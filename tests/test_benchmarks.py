@@ -178,3 +178,23 @@ def test_diagnostics_takes_each_schemes_seed_0_run_at_the_default_scale(bench, t
         ["`rope2d-patch-seed0`", "50.0 %", "25.0 %", "+25.0 pts", "3.00 / 4.00"],
         ["`learned-patch-lr30-seed0`", "50.0 %", "25.0 %", "+25.0 pts", "3.00 / 4.00"],
     ]
+
+
+def test_results_page_holds_each_decay_against_the_default_rule(bench):
+    """Runs at another position weight decay get their own table, the default rule's runs the headline."""
+    import render
+
+    def run(pos: str, seed: int, top1: float, scale: float = 30.0, decay: float | None = None) -> dict:
+        r = {"spec": f"{pos}:patch", "pos": pos, "stem": "patch", "seed": seed, "pos_lr_scale": scale,
+             "pos_params": True, "best_val_top1": top1, "test_top1": top1, "train_seconds": 1.0}  # fmt: skip
+        return r if decay is None else r | {"pos_weight_decay": decay}  # older records name no decay: 0
+
+    record = json.loads((ROOT / "docs" / "results.json").read_text())
+    record["runs"] = [run("learned", k, 0.90 + k / 100) for k in range(3)]
+    record["runs"] += [run("learned", k, 0.95 + k / 100, decay=0.3) for k in range(3)]
+    record["runs"] += [run("peg", 0, 0.60), run("peg", 0, 0.30, decay=0.3)]
+    page = render.render_results(record, ROOT / "docs")
+    assert "| `learned` | 91.0 [88.5, 93.5] (3) |" in page  # the headline: decay 0 only
+    decay_rows = [line for line in page.splitlines() if line.startswith("| `") and "decay" not in line]
+    assert "| `learned` | 91.0 [88.5, 93.5] (3) | 96.0 [93.5, 98.5] (3) | separated |" in decay_rows
+    assert "| `peg` | 60.0 (1) | 30.0 (1) | – |" in decay_rows  # one seed: no verdict
