@@ -157,14 +157,16 @@ def render_results(d: dict, folder: Path) -> str:
     seed_range = max((max(v) - min(v) for v in map(top1, trained) if len(v) >= 3), default=math.nan)
 
     def against(k: tuple[str, str]) -> str:
-        """A rule-off run of one seed, held against the default's 95 % interval or against its one seed."""
+        """Rule off against the default: intervals when both have seeds, else a one-seed value against the other."""
         off, on = top1(k, 1.0), top1(k)
-        if len(off) != 1:
-            return "–"
-        if len(on) == 1:
+        if len(off) > 1 and len(on) > 1:
+            return "separated" if separated(off, on) else "not separated"
+        if len(off) == len(on) == 1:
             return f"{100 * (off[0] - on[0]):+.1f} points (one seed each)"
-        _, lo, hi = mean_ci(on)
-        return ("inside" if lo <= off[0] <= hi else "above" if off[0] > hi else "below") + " its 95 % interval"
+        one, many, whose = (off[0], on, "the default's") if len(off) == 1 else (on[0], off, "rule-off")
+        _, lo, hi = mean_ci(many)
+        where = "inside" if lo <= one <= hi else "above" if one > hi else "below"
+        return f"{'rule off' if len(off) == 1 else 'default'} {where} {whose} 95 % interval"
 
     ablation = [[label(*k), interval(top1(k, 1.0)), interval(top1(k)), against(k)] for k in ablated]
     singles = any(len(top1(k, 1.0)) == len(top1(k)) == 1 for k in ablated)  # the seed range is their yardstick
