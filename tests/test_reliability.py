@@ -150,6 +150,46 @@ def test_sigkill_between_the_checkpoint_and_the_epoch_summary_keeps_the_summary(
                 assert float(b[k]) == pytest.approx(float(a[k]), abs=METRIC_ATOL), (a["step"], k)
 
 
+# -- the training loader resumes inside an epoch ------------------------------------------------------------------
+def resumable_loader(position=None):
+    from vitpos.data.resumable import EpochSeedSampler, ResumableLoader
+
+    ds = list(range(40))
+    return ResumableLoader(ds, sampler=EpochSeedSampler(ds), batch_size=4, drop_last=True, position=position)
+
+
+def test_the_training_loader_draws_what_a_shuffling_dataloader_draws():
+    from torch.utils.data import DataLoader
+
+    torch.manual_seed(3)
+    plain = DataLoader(list(range(40)), batch_size=4, shuffle=True, drop_last=True)
+    expected = [[b.tolist() for b in plain] for _ in range(2)], torch.get_rng_state()
+    torch.manual_seed(3)
+    loader = resumable_loader()
+    got = [[b.tolist() for b in loader] for _ in range(2)], torch.get_rng_state()
+    assert got[0] == expected[0] and torch.equal(got[1], expected[1])
+
+
+def test_a_loader_resumed_mid_epoch_serves_the_rest_of_that_epoch_and_leaves_the_rng_alone():
+    from vitpos.data.resumable import EpochPosition
+
+    torch.manual_seed(3)
+    loader = resumable_loader()
+    epoch0 = iter(loader)
+    first = [next(epoch0).tolist() for _ in range(3)]
+    state, rng = loader.position.state_dict(), torch.get_rng_state()  # what a checkpoint after 3 batches holds
+    rest = [b.tolist() for b in epoch0]
+    epoch1 = [b.tolist() for b in loader]
+
+    torch.set_rng_state(rng)  # as the resumed run restores it
+    resumed = resumable_loader(EpochPosition(resume=state))
+    batches = iter(resumed)
+    assert torch.equal(torch.get_rng_state(), rng)  # building the resumed iterator draws nothing
+    assert [b.tolist() for b in batches] == rest
+    assert resumed.position.batches == len(first) + len(rest) == len(resumed)
+    assert [b.tolist() for b in resumed] == epoch1  # and the next epoch is the uninterrupted run's
+
+
 def test_the_epoch_summary_is_written_back_once(tmp_path):
     from vitpos.training import _KeepHistoryWriter
 
