@@ -106,6 +106,20 @@ def test_sigkill_then_resume_reaches_the_same_step_and_weights(tmp_path):
         torch.testing.assert_close(a, b, **WEIGHTS, msg=name)
 
 
+def assert_same_history(full: Path, resumed: Path) -> None:
+    """The same rows, each metric logged at the same (epoch, step) rows, every value within METRIC_ATOL."""
+    rows_full, rows_resumed = metrics(full), metrics(resumed)
+    assert rows_resumed[0].keys() == rows_full[0].keys()  # the same columns
+    assert [(r["epoch"], r["step"]) for r in rows_resumed] == [(r["epoch"], r["step"]) for r in rows_full]
+    for name in rows_full[0]:
+        logged = [(r["epoch"], r["step"]) for r in rows_full if r[name]]
+        assert [(r["epoch"], r["step"]) for r in rows_resumed if r[name]] == logged, name
+    for a, b in zip(rows_full, rows_resumed):
+        for k in a:
+            if a[k] and not k.startswith("test/"):
+                assert float(b[k]) == pytest.approx(float(a[k]), abs=METRIC_ATOL), (a["epoch"], a["step"], k)
+
+
 # Runs train.py and kills it (SIGKILL: no handler runs) at the moment Lightning is about to log the training
 # summary row of epoch argv[1], that is after that epoch's last.ckpt is written and before the row reaches the file.
 KILL_AT_EPOCH_SUMMARY = """
@@ -138,16 +152,124 @@ def test_sigkill_between_the_checkpoint_and_the_epoch_summary_keeps_the_summary(
     assert not any(row.get("train/loss_epoch") for row in metrics(killed))
     r = run_cmd([*train_cmd(killed, *args), "--resume"])
     assert r.returncode == 0, r.stderr[-2000:]
-    rows_full, rows_killed = metrics(full), metrics(killed)
-    assert rows_killed[0].keys() == rows_full[0].keys()  # the same columns
-    assert [(r["epoch"], r["step"]) for r in rows_killed] == [(r["epoch"], r["step"]) for r in rows_full]
-    for name in rows_full[0]:
-        logged = [(r["epoch"], r["step"]) for r in rows_full if r[name]]
-        assert [(r["epoch"], r["step"]) for r in rows_killed if r[name]] == logged, name
-    for a, b in zip(rows_full, rows_killed):
-        for k in a:
-            if a[k] and not k.startswith("test/"):
-                assert float(b[k]) == pytest.approx(float(a[k]), abs=METRIC_ATOL), (a["step"], k)
+    assert_same_history(full, killed)
+
+
+# -- the training loader resumes inside an epoch ------------------------------------------------------------------
+def resumable_loader(position=None):
+    from vitpos.data.resumable import EpochSeedSampler, ResumableLoader
+
+    ds = list(range(40))
+    return ResumableLoader(ds, sampler=EpochSeedSampler(ds), batch_size=4, drop_last=True, position=position)
+
+
+def test_the_training_loader_draws_what_a_shuffling_dataloader_draws():
+    from torch.utils.data import DataLoader
+
+    torch.manual_seed(3)
+    plain = DataLoader(list(range(40)), batch_size=4, shuffle=True, drop_last=True)
+    expected = [[b.tolist() for b in plain] for _ in range(2)], torch.get_rng_state()
+    torch.manual_seed(3)
+    loader = resumable_loader()
+    got = [[b.tolist() for b in loader] for _ in range(2)], torch.get_rng_state()
+    assert got[0] == expected[0] and torch.equal(got[1], expected[1])
+
+
+def test_a_loader_resumed_mid_epoch_serves_the_rest_of_that_epoch_and_leaves_the_rng_alone():
+    from vitpos.data.resumable import EpochPosition
+
+    torch.manual_seed(3)
+    loader = resumable_loader()
+    epoch0 = iter(loader)
+    first = [next(epoch0).tolist() for _ in range(3)]
+    state, rng = loader.position.state_dict(), torch.get_rng_state()  # what a checkpoint after 3 batches holds
+    rest = [b.tolist() for b in epoch0]
+    epoch1 = [b.tolist() for b in loader]
+
+    torch.set_rng_state(rng)  # as the resumed run restores it
+    resumed = resumable_loader(EpochPosition(resume=state))
+    batches = iter(resumed)
+    assert torch.equal(torch.get_rng_state(), rng)  # building the resumed iterator draws nothing
+    assert [b.tolist() for b in batches] == rest
+    assert resumed.position.batches == len(first) + len(rest) == len(resumed)
+    assert [b.tolist() for b in resumed] == epoch1  # and the next epoch is the uninterrupted run's
+
+
+# Runs train.py as a file (Lightning's DDP launcher restarts the script for the other ranks) and kills the whole run
+# (SIGKILL to its process group: every rank, no handler runs) when rank 0 is about to log the step row argv[1], a few
+# steps after a mid-epoch last.ckpt (--ckpt-every-n-steps): rows after the checkpoint are in the file, the epoch's
+# partial sums exist only in memory.
+KILL_AT_STEP_ROW = """
+import os, signal, sys
+from vitpos import training
+
+log_metrics = training._KeepHistoryWriter.log_metrics
+
+
+def dies_at_the_row(self, metrics, step=None):
+    if step == int(sys.argv[1]) and "train/loss_step" in metrics:
+        os.killpg(0, signal.SIGKILL)
+    log_metrics(self, metrics, step)
+
+
+training._KeepHistoryWriter.log_metrics = dies_at_the_row
+sys.exit(training.main(sys.argv[2:]))
+"""
+
+
+def kill_at_step_row(step: int, out: Path, *args: str) -> None:
+    """Train into ``out`` under KILL_AT_STEP_ROW, in a session of its own: the kill takes every rank of the run and
+    nothing else."""
+    script = out.with_name("kill_at_step_row.py")
+    script.write_text(KILL_AT_STEP_ROW)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, str(script), str(step), *train_cmd(out, *args)[2:]], capture_output=True,
+                       text=True, timeout=RUN_TIMEOUT, env=env, cwd=ROOT, start_new_session=True)  # fmt: skip
+    assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("devices, extra", [(1, []), (1, ["--ema", "0.9"]), (2, ["--strategy", "ddp"])],
+                         ids=["one-process", "ema", "ddp"])  # fmt: skip
+def test_sigkill_after_a_mid_epoch_checkpoint_keeps_the_epoch_summary(tmp_path, devices, extra):
+    # 8 steps an epoch (per rank: 128 images, 16 per device on each of `devices` ranks); last.ckpt every 3 steps
+    args = ["--epochs", "2", "--train-size", str(128 * devices), "--batch-size", "16", "--ckpt-every-n-steps", "3",
+            "--log-every-n-steps", "1", "--devices", str(devices), *extra]  # fmt: skip
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    r = run_cmd(train_cmd(full, *args), timeout=RUN_TIMEOUT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    kill_at_step_row(4, killed, *args)
+    # killed in epoch 0, 3 steps into it by the checkpoint, with the row of step 3 (logged after it) in the file
+    assert load_checkpoint(killed / "checkpoints" / "last.ckpt")["global_step"] == 3
+    assert {int(row["step"]) for row in metrics(killed) if row.get("train/loss_step")} == {0, 1, 2, 3}
+    assert not any(row.get("train/loss_epoch") for row in metrics(killed))
+    r = run_cmd([*train_cmd(killed, *args), "--resume"], timeout=RUN_TIMEOUT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert results(killed)["global_step"] == results(full)["global_step"] == 16
+    assert_same_history(full, killed)  # epoch 0's summary included: over all 8 steps, not the 5 after the resume
+
+
+def test_a_mid_epoch_checkpoint_without_the_epoch_entries_resumes_as_before(tmp_path):
+    """A checkpoint written before the loader's position and the epoch's aggregates were kept: the resume trains to
+    the end, that epoch's data starting over and its summary row over the steps after the resume."""
+    from vitpos.training import PartialEpoch
+
+    args = ["--epochs", "2", "--train-size", "128", "--batch-size", "16", "--ckpt-every-n-steps", "3",
+            "--log-every-n-steps", "1"]  # fmt: skip
+    out = tmp_path / "run"
+    kill_at_step_row(4, out, *args)
+    last = out / "checkpoints" / "last.ckpt"
+    ckpt = torch.load(last, weights_only=True)
+    positions = [k for k, v in ckpt.items() if isinstance(v, dict) and "train_position" in v]  # the data module's
+    assert len(positions) == 1 and PartialEpoch.KEY in ckpt
+    for key in [*positions, PartialEpoch.KEY]:
+        del ckpt[key]
+    del ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"]  # Lightning's copy of the loader's position
+    torch.save(ckpt, last)
+    r = run_cmd([*train_cmd(out, *args), "--resume"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert results(out)["global_step"] == 16
+    summaries = [(row["epoch"], row["step"]) for row in metrics(out) if row["train/loss_epoch"]]
+    assert summaries == [("0", "7"), ("1", "15")]
 
 
 def test_the_epoch_summary_is_written_back_once(tmp_path):

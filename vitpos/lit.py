@@ -62,9 +62,12 @@ class LitViT(L.LightningModule):
         """The weights validation and test score: the EMA when kept, else the trained ones."""
         return self.ema.module if self.ema is not None else self.model
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        super().optimizer_step(*args, **kwargs)
+        # The EMA follows each step here, not in on_train_batch_end: a checkpoint written every N steps is written in
+        # the callbacks' on_train_batch_end, before the module's, and would hold an average one update short.
         if self.ema is not None:
-            self.ema.update(self.model, step=self.global_step)  # after the optimizer step of this batch
+            self.ema.update(self.model, step=self.global_step)
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         # (images, labels) or (images, labels, weights): streamed shards pad their last batch with weight-0 copies

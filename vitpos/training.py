@@ -25,6 +25,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -33,6 +34,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.utilities import rank_zero_warn
 
 from .checkpoint import AtomicCheckpointIO, config_from_checkpoint, load_checkpoint
 from .cli import build_parser, config_from_args
@@ -306,6 +308,84 @@ class EpochSummary(Callback):
             }
 
 
+class PartialEpoch(Callback):
+    """Carries the training aggregates of an unfinished epoch across a mid-epoch checkpoint, so that a run resumed from
+    it logs that epoch's summary row (``train/loss_epoch``, ``train/top1``, ...) over the whole epoch, not over the
+    steps after the resume.
+
+    ``checkpoint["epoch_partial"]`` holds, for every rank (every rank saves, and the values are gathered), what the
+    epoch's ``self.log(..., on_epoch=True)`` calls have accumulated: the weighted sum and count behind a logged
+    tensor's epoch mean (or its sum), and the states of a logged torchmetrics object. Each rank takes back its own:
+    under DDP a tensor's epoch value is its own rank's (unless logged with ``sync_dist``) and a torchmetrics object
+    syncs its states at the epoch's end, as in an uninterrupted run. A checkpoint without the entry resumes with the
+    epoch's aggregates empty."""
+
+    KEY = "epoch_partial"
+
+    def __init__(self) -> None:
+        self.pending: dict | None = None  # this rank's part of the checkpoint's entry, until restored
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        loop = trainer.fit_loop.epoch_loop
+        if loop.batch_progress.current.ready == 0 or loop._num_ready_batches_reached():
+            return  # not inside an epoch: nothing is half-accumulated (an epoch's end is EpochSummary's)
+        sums, metrics = {}, {}
+        for key, entry in sorted(loop._results.items()):  # the same order on every rank: each gather is collective
+            if not entry.meta.on_epoch:
+                continue
+            if entry.is_tensor and entry.meta.is_mean_reduction:
+                sums[key] = {n: _gather(pl_module, getattr(entry, n)) for n in ("value", "cumulated_batch_size")}
+            elif entry.is_tensor and entry.meta.is_sum_reduction:
+                sums[key] = {"value": _gather(pl_module, entry.value)}
+            elif not entry.is_tensor and entry.meta.metric_attribute:
+                states = entry.value.metric_state
+                metrics[entry.meta.metric_attribute] = {n: _gather(pl_module, v) for n, v in states.items()}
+        checkpoint[self.KEY] = {"world_size": trainer.world_size, "sums": sums, "metrics": metrics}
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        saved = checkpoint.get(self.KEY)
+        if saved is None:
+            return
+        if saved["world_size"] != trainer.world_size:
+            rank_zero_warn(
+                f"the checkpoint's unfinished epoch was trained on {saved['world_size']} rank(s), this run has "
+                f"{trainer.world_size}: that epoch's summary row covers the steps after the resume only"
+            )
+            return
+        rank = trainer.global_rank
+        self.pending = {
+            part: {key: {n: v[rank] for n, v in values.items()} for key, values in saved[part].items()}
+            for part in ("sums", "metrics")
+        }
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.pending is None:
+            return
+        for attribute, states in self.pending["metrics"].items():  # the module's own objects, before any update
+            metric = pl_module.get_submodule(attribute)
+            for name, value in states.items():
+                setattr(metric, name, value.to(getattr(metric, name).device))
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        if self.pending is None:
+            return
+        # Lightning creates a logged tensor's accumulator at its first self.log: now, after the first resumed batch,
+        # each holds that batch alone, and the checkpoint's part of the epoch is added to it.
+        results = trainer.fit_loop.epoch_loop._results
+        for key, saved in self.pending["sums"].items():
+            if key in results:
+                entry = results[key]
+                for name, value in saved.items():
+                    setattr(entry, name, getattr(entry, name) + value.to(entry.value.device))
+        self.pending = None
+
+
+def _gather(pl_module: L.LightningModule, value: torch.Tensor) -> torch.Tensor:
+    """``value`` of every rank, stacked on a first dimension (world_size, ...), on the CPU."""
+    gathered = pl_module.all_gather(value.detach())
+    return (gathered if pl_module.trainer.world_size > 1 else gathered.unsqueeze(0)).cpu()
+
+
 class TrainClock(Callback):
     """Training wall time, carried in the checkpoint so that a resumed run reports the sum over its parts."""
 
@@ -367,6 +447,7 @@ def build_trainer(
         LearningRateMonitor(logging_interval="step"),
         TrainClock(),
         EpochSummary(),
+        PartialEpoch(),
     ]
     if t.ckpt_every_n_steps:
         callbacks.append(

@@ -31,6 +31,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampl
 
 from ..config import ConfigError, DataConfig
 from ..resolution import to_hw
+from .resumable import EpochPosition, EpochSeedSampler, ResumableLoader
 from .transforms import check_data_config, eval_transform, train_transform
 
 SPLITS = ("train", "val", "test")
@@ -128,7 +129,9 @@ class VitposDataModule(L.LightningDataModule):
     Under DDP, Lightning adds its DistributedSampler to the training loader itself; validation and test take
     one that does not pad (each image scored once).
     ``train_resolutions`` (empty: off) switches the training loader to one resolution per batch
-    (see the module docstring); the training run sets it from ``cfg.trainer.train_resolutions``."""
+    (see the module docstring); the training run sets it from ``cfg.trainer.train_resolutions``.
+    The training loader's position in its epoch is in every checkpoint, and a mid-epoch resume continues it
+    (:mod:`vitpos.data.resumable`)."""
 
     name: ClassVar[str] = ""
     supports_train_limit: ClassVar[bool] = False  # sets that honour cfg.train_limit
@@ -152,6 +155,7 @@ class VitposDataModule(L.LightningDataModule):
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
         self.train_resolutions: list[int] = []
+        self.train_position = EpochPosition()  # shared with the training loader; see vitpos.data.resumable
 
     # -- what a family provides -------------------------------------------------------------
     def raw_split(self, split: str) -> Dataset:
@@ -203,17 +207,11 @@ class VitposDataModule(L.LightningDataModule):
         nw = self.cfg.num_workers
         # drop_last in training: a ragged last batch breaks timm's Mixup (even batch)
         drop_last = train and len(ds) >= self.cfg.batch_size  # type: ignore[arg-type]
-        sampler = None if train else self._eval_sampler(ds)
-        return DataLoader(
-            ds,
-            batch_size=self.cfg.batch_size,
-            shuffle=train,
-            sampler=sampler,
-            drop_last=drop_last,
-            num_workers=nw,
-            persistent_workers=nw > 0,
-            pin_memory=torch.cuda.is_available(),
-        )
+        kwargs = dict(batch_size=self.cfg.batch_size, drop_last=drop_last, num_workers=nw, persistent_workers=nw > 0,
+                      pin_memory=torch.cuda.is_available())  # fmt: skip
+        if train:  # torch's shuffle, replayable after a mid-epoch resume (vitpos.data.resumable)
+            return ResumableLoader(ds, sampler=EpochSeedSampler(ds), position=self.train_position, **kwargs)
+        return DataLoader(ds, sampler=self._eval_sampler(ds), **kwargs)
 
     def _eval_sampler(self, ds: Dataset) -> Sampler[int] | None:
         """Under DDP, rank r scores items r, r + W, ...: each once. Lightning's default sampler pads every rank to the
@@ -244,13 +242,21 @@ class VitposDataModule(L.LightningDataModule):
             resolutions=self.train_resolutions,
             seed=self.seed,
         )
-        return DataLoader(
+        return ResumableLoader(
             MultiResDataset(ds, self.train_dataset_at if native else None),
             batch_sampler=batches,
             num_workers=nw,
             persistent_workers=nw > 0,
             pin_memory=torch.cuda.is_available(),
+            position=self.train_position,
         )
+
+    # The training loader's position in its epoch travels in the checkpoint through these two hooks.
+    def state_dict(self) -> dict[str, Any]:
+        return {"train_position": self.train_position.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.train_position.resume = state_dict.get("train_position")
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_set, train=False)
