@@ -163,7 +163,7 @@ def render_results(d: dict, folder: Path) -> str:
             return "separated" if separated(off, on) else "not separated"
         if len(off) == len(on) == 1:
             return f"{100 * (off[0] - on[0]):+.1f} points (one seed each)"
-        one, many, whose = (off[0], on, "the default's") if len(off) == 1 else (on[0], off, "rule-off")
+        one, many, whose = (off[0], on, "the default's") if len(off) == 1 else (on[0], off, "the rule-off")
         _, lo, hi = mean_ci(many)
         where = "inside" if lo <= one <= hi else "above" if one > hi else "below"
         return f"{'rule off' if len(off) == 1 else 'default'} {where} {whose} 95 % interval"
