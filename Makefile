@@ -30,21 +30,21 @@ bench-results: .venv
 bench-resolution: .venv
 	$(PY) benchmarks/resolution_transfer.py
 
-# Each measures and writes docs/<page>.json; benchmarks/render.py writes the pages from it.
+# Each measures and writes docs/<page>.json; docs/render.py writes the pages from it.
 bench-throughput: .venv
-	$(PY) benchmarks/throughput.py --repeats 8 && $(PY) benchmarks/render.py
+	$(PY) benchmarks/throughput.py --repeats 8 && $(PY) docs/render.py
 
 bench-compile: .venv
-	$(PY) benchmarks/throughput.py --compile --grids 8 --eval-img-sizes 32 48 64 --repeats 3 && $(PY) benchmarks/render.py
+	$(PY) benchmarks/throughput.py --compile --grids 8 --eval-img-sizes 32 48 64 --repeats 3 && $(PY) docs/render.py
 
 bench-export: .venv
-	$(PY) benchmarks/export.py --threads 1 --batch-size 16 --steps 1 --repeats 3 && $(PY) benchmarks/render.py
+	$(PY) benchmarks/export.py --threads 1 --batch-size 16 --steps 1 --repeats 3 && $(PY) docs/render.py
 
 bench-data: .venv
-	$(PY) benchmarks/data_loading.py --images 400 --repeats 5 && $(PY) benchmarks/render.py
+	$(PY) benchmarks/data_loading.py --images 400 --repeats 5 && $(PY) docs/render.py
 
 bench-diagnostics: .venv
-	$(PY) benchmarks/diagnostics.py && $(PY) benchmarks/render.py
+	$(PY) benchmarks/diagnostics.py && $(PY) docs/render.py
 
 .PHONY: train test lint format slow notebooks bench-results bench-resolution bench-throughput bench-compile \
 	bench-export bench-data bench-diagnostics

@@ -1,6 +1,6 @@
 """What the benchmarks share: running vitpos's own commands, reusing finished runs, and statistics.
 
-Benchmarks measure and write JSON; ``benchmarks/render.py`` turns that JSON into docs/*.md and plots.
+Benchmarks measure and write JSON; ``docs/render.py`` turns that JSON into docs/*.md and plots.
 Nothing in vitpos/ imports this folder.
 """
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import shlex
@@ -115,27 +114,6 @@ def finished_sweep(cmd: list[str], ckpts: list[str], sweep_dir: Path) -> bool:
         and json.loads(manifest.read_text()) == cmd
         and all(Path(c).stat().st_mtime < done.stat().st_mtime for c in ckpts)
     )
-
-
-# Student-t 0.975 quantiles for n - 1 degrees of freedom (n = 2..10): a 95 % interval of the mean.
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-
-
-def mean_ci(values: list[float]) -> tuple[float, float, float]:
-    """(mean, low, high): the mean and its 95 % t-interval over seeds; low = high = nan for one value."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, math.nan, math.nan
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = T975[n - 1] * sd / math.sqrt(n)
-    return mean, mean - half, mean + half
-
-
-def separated(a: list[float], b: list[float]) -> bool:
-    """Whether the 95 % intervals of two means do not overlap (each needs >= 2 seeds): only then 'A beats B'."""
-    (_, alo, ahi), (_, blo, bhi) = mean_ci(a), mean_ci(b)
-    return not any(math.isnan(v) for v in (alo, ahi, blo, bhi)) and (alo > bhi or blo > ahi)
 
 
 def transfer_study(runs: list[dict], resolutions: list[str], limit: int, sweep_dir: Path, temperature_grids: list[str],

@@ -1,7 +1,7 @@
 """The position-scheme study on Fashion-MNIST (real data, offline): every scheme over seeds, then its transfer; JSON.
 
     apt-get install dataset-fashion-mnist           # the data, once (Debian's package; no download)
-    python benchmarks/fashion_mnist.py --jobs 2     # docs/fashion_mnist.json; then: python benchmarks/render.py
+    python benchmarks/fashion_mnist.py --jobs 2     # docs/fashion_mnist.json; then: python docs/render.py
 
 Each run is ``python train.py --config configs/fashion_mnist_study.yaml --pos P --stem S --seed K``, its validation
 curve kept. One ``python -m vitpos.evaluate`` then sweeps every last checkpoint from 20 to 56 px with every transfer

@@ -1,6 +1,6 @@
 """Train every position scheme on the embedded `shapes` set with the default budget, over seeds; write JSON.
 
-    python benchmarks/results.py                    # docs/results.json; then: python benchmarks/render.py
+    python benchmarks/results.py                    # docs/results.json; then: python docs/render.py
 
 Each run is ``python train.py --pos P --stem S --seed K`` with nothing else. The six main runs get every seed,
 every other scheme the first seed, and the ``--top`` of those by validation top-1 every seed too. Schemes with

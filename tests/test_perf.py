@@ -263,8 +263,9 @@ def test_cuda_sdpa_runs_on_a_fused_kernel(name):
 
 def test_throughput_benchmark_quick_record_renders(tmp_path, monkeypatch):
     """benchmarks/throughput.py --quick writes its JSON (every contender, per-round rates, memory, FLOPs, the
-    `shapes` rate); render.py makes the page from it."""
+    `shapes` rate); docs/render.py makes the page from it."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.syspath_prepend(str(ROOT / "docs"))
     import render
     import throughput
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The prepared check for a CUDA machine, run from the repo root (about 6 minutes; its figures are not in docs/):
 #
-#   OUT=/some/dir bash benchmarks/gpu_check.sh
+#   OUT=/some/dir bash .ci/gpu_check.sh
 #
 # the CUDA tests; bf16 training throughput of ViT-S/16 at 224, 256 and 512 px against timm, with MFU against the
 # datasheet and a matmul measured in the same run; torch.compile for rope2d and relbias (train at 224 px, eval at 224
@@ -34,5 +34,5 @@ step throughput 150 $bench --img-sizes 224 256 512 --batch-size 256 256 128 --re
   --data-images 64 --out "$OUT/performance.json"
 step compile 150 $bench --compile --img-sizes 224 --eval-img-sizes 224 320 --batch-size 256 --schemes rope2d relbias \
   --repeats 3 --steps 5 --warmup 2 --out "$OUT/performance_compile.json"
-$PY benchmarks/render.py "$OUT"  # the pages, from the JSON written there
+$PY docs/render.py "$OUT"  # the pages, from the JSON written there
 exit $status

@@ -1,11 +1,11 @@
 """Render docs/<page>.md (and its plots) from docs/<page>.json, for every page whose JSON is there.
 
-    python benchmarks/render.py        # every page in PAGES whose JSON is in docs/
-    python benchmarks/render.py DIR    # the same from DIR/<page>.json (a benchmark run with --out DIR/...)
+    python docs/render.py        # every page in PAGES whose JSON is in docs/
+    python docs/render.py DIR    # the same from DIR/<page>.json (a benchmark run with --out DIR/...)
 
-Nothing is measured here. Every number on a page comes from its JSON, which names the command that made it;
-published numbers come from docs/anchors.yaml. Comparison sentences are computed: "A beats B" is written only
-where the 95 % intervals over seeds do not overlap.
+The benchmarks in benchmarks/ measure and write the JSON; nothing is measured here. Every number on a page comes
+from its JSON, which names the command that made it; published numbers come from docs/anchors.yaml. Comparison
+sentences are computed: "A beats B" is written only where the 95 % intervals over seeds do not overlap.
 """
 
 from __future__ import annotations
@@ -20,16 +20,35 @@ from pathlib import Path
 from statistics import median
 
 import yaml
-from common import ROOT, mean_ci, separated  # noqa: E402  (benchmarks/ is on sys.path as a script)
+from scipy.stats import t as student_t
 
-from vitpos.resolution import resolution_label
+DOCS = Path(__file__).resolve().parent
+sys.path.insert(0, str(DOCS.parent))  # run as a script: this checkout's vitpos first
+from vitpos.resolution import resolution_label  # noqa: E402
 
-DOCS = ROOT / "docs"
 CHANCE, BAG_CEILING = 0.125, 0.25  # `shapes`: 8 classes; a model blind to patch order tells 2 of them apart
 GPUS_PER_NODE = 8
 TIMM = {"learned": "`VisionTransformer`", "rope2d": "`vit_small_patch16_rope_224` (an `Eva`, RoPE-Axial)",
         "relbias": "`VisionTransformerRelPos(rel_pos_type='bias')`"}  # fmt: skip
 Block = str | list[str] | None  # a paragraph, or the lines of a table or list; None or empty: left out
+
+
+# -- statistics over seeds -----------------------------------------------------------------------------------
+def mean_ci(values: list[float]) -> tuple[float, float, float]:
+    """(mean, low, high): the mean and its 95 % t-interval over seeds; low = high = nan for one value."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, math.nan, math.nan
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = student_t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def separated(a: list[float], b: list[float]) -> bool:
+    """Whether the 95 % intervals of two means do not overlap (each needs >= 2 seeds): only then 'A beats B'."""
+    (_, alo, ahi), (_, blo, bhi) = mean_ci(a), mean_ci(b)
+    return not any(math.isnan(v) for v in (alo, ahi, blo, bhi)) and (alo > bhi or blo > ahi)
 
 
 # -- what the pages share -------------------------------------------------------------------------------------
@@ -76,7 +95,7 @@ def made(d: dict) -> str:
             where += (
                 f" (over {m['cores']}: other work shared the machine, so the ratios within a round are what compare)"
             )
-    return f"Made by `{d['command']}`, then `python benchmarks/render.py`: {where}."
+    return f"Made by `{d['command']}`, then `python docs/render.py`: {where}."
 
 
 def anchors() -> dict:
