@@ -1,11 +1,12 @@
-"""Resolution transfer of the `shapes` runs: every checkpoint tested at 24-64 px with every transfer method; JSON.
+"""Resolution transfer of the `shapes` runs: every checkpoint tested at 24-128 px with every transfer method; JSON.
 
     python benchmarks/results.py                         # trains the runs (docs/results.json)
     python benchmarks/resolution_transfer.py             # sweeps them: docs/resolution.json
     python docs/render.py                          # docs/resolution.md and resolution.png
 
 One ``python -m vitpos.evaluate`` sweeps the last checkpoints of docs/results.json's runs at the default position
-lr scale (reused when finished); also YaRN's per-frequency blend and its two attention temperatures.
+lr scale (reused when finished); also YaRN's per-frequency blend and its two attention temperatures. A run whose
+checkpoint is gone keeps its records from the JSON this study wrote before, at the resolutions swept then.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from common import ROOT, transfer_study, write_record  # noqa: E402  (benchmarks
 
 from vitpos.pos.rope2d import axial_frequencies, yarn_ramp
 
-RESOLUTIONS = ["24", "32", "48", "64"]
+RESOLUTIONS = ["24", "32", "48", "64", "96", "128"]
 TEMPERATURE_GRIDS = ["48", "64", "32x64", "64x32"]
 
 
@@ -29,6 +30,10 @@ def yarn_blend(head_dim: int, theta: float, train_len: int, factors: list[float]
     gamma = yarn_ramp(f, train_len)
     return {"frequencies": f.tolist(), "gamma": gamma.tolist(), "train_len": train_len,
             "ratio": {f"{s:g}": (gamma + (1 - gamma) / s).tolist() for s in factors}}  # fmt: skip
+
+
+def ckpt(run: dict) -> Path:
+    return ROOT / run["run"] / "checkpoints" / "last.ckpt"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,11 +46,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=str(ROOT / "docs" / "resolution.json"))
     args = p.parse_args(argv)
     results = json.loads(Path(args.results).read_text())
-    default = results["budget"]["default_pos_lr_scale"]
-    runs = [r for r in results["runs"] if r["pos_lr_scale"] == default]
+    default = results["budget"]["default_pos_lr_scale"], results["budget"]["default_pos_weight_decay"]
+    runs = [r for r in results["runs"] if (r["pos_lr_scale"], r.get("pos_weight_decay", 0.0)) == default]
     b = results["budget"]
     blend = yarn_blend(b["embed_dim"] // b["num_heads"], 100.0, b["img_size"] // b["patch_size"], [1.5, 2])
-    study = transfer_study(runs, args.resolutions, args.limit, ROOT / args.sweep_dir, TEMPERATURE_GRIDS)
+    here = [r for r in runs if ckpt(r).is_file()]
+    study = transfer_study(here, args.resolutions, args.limit, ROOT / args.sweep_dir, TEMPERATURE_GRIDS)
+    gone = {str(ckpt(r)) for r in runs if r not in here}
+    earlier = json.loads(Path(args.json).read_text()) if gone and Path(args.json).is_file() else {}
+    for key in ("records", "yarn_temperature"):  # what the earlier sweep measured on the runs that are gone
+        study[key] += [rec for rec in earlier.get(key, []) if rec["checkpoint"] in gone]
+    print(f"reusing the recorded sweep of {len(gone)} runs whose checkpoints are gone", flush=True)
     write_record(args.json, "resolution_transfer.py", argv, train_resolution=b["img_size"], limit=args.limit,
                  **study, yarn_blend=blend)  # fmt: skip
     return 0

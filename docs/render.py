@@ -201,6 +201,8 @@ def render_results(d: dict, folder: Path) -> str:
                        "the patch grid (`alibi2d`'s bias is a function of the offset's length only) cannot tell them "
                        "apart.")  # fmt: skip
     ref = anchors()["small_data_cifar"]
+    main = {tuple(t.split(":")) for t in [*d.get("main_runs", []), *d.get("top_others", [])]}
+    more_seeds = [label(*k) for k in trained if k not in main and len(top1(k)) > 1]
     return page(
         "# Every scheme on the embedded `shapes` set, default budget",
         made(d),
@@ -213,7 +215,9 @@ def render_results(d: dict, folder: Path) -> str:
         "The six main runs (`learned`, `sincos2d`, `rope2d`, `relbias` and `none` with the patch stem, `none` with "
         "the conv stem) are trained with every seed, every other scheme with seed 0, and the three best of those by "
         f"seed-0 validation top-1 ({', '.join(label(*t.split(':')) for t in d.get('top_others', []))}) "
-        "with every seed too. Cells: mean test top-1 in % over seeds, [95 % t-interval], (seeds). Train time: wall "
+        "with every seed too"
+        + (f"; {', '.join(more_seeds)} have further seeds for the comparisons of the pages below" if more_seeds else "")
+        + ". Cells: mean test top-1 in % over seeds, [95 % t-interval], (seeds). Train time: wall "
         "time of `Trainer.fit` (training and per-epoch validation) with one thread per run, two runs at a time, "
         "alongside other jobs: it varies with the machine's load, not only with the scheme.",
         table(["scheme", "test top-1", "best val top-1", "train time"],
@@ -296,6 +300,57 @@ def temperature_section(temp: list[dict]) -> list[Block]:
             better or ["- The two temperatures are not separated at any of these sizes."]]  # fmt: skip
 
 
+def published_section(recs: list[dict], train: int) -> list[Block]:
+    """The published resolution claims of docs/anchors.yaml against the same schemes here (default methods)."""
+    a, cells = anchors(), defaultdict(list)  # (scheme, side) -> top-1 per seed, square grids, patch stem
+    for r in recs:
+        if r["default_method"] and r["stem"] == "patch" and r["height"] == r["width"]:
+            cells[r["scheme"], r["height"]].append(r["top1"])
+    sides = sorted({s for _, s in cells if s >= train})
+    if not sides:
+        return []
+
+    def verdict(hi: str, lo: str, side: int) -> str:
+        """Published: ``hi`` above ``lo``; here, at ``side``."""
+        x, y = cells.get((hi, side), []), cells.get((lo, side), [])
+        if not x or not y:
+            return "not measured here"
+        if separated(x, y):
+            return "agrees" if mean_ci(x)[0] > mean_ci(y)[0] else "disagrees"
+        diff = 100 * (mean_ci(x)[0] - mean_ci(y)[0])
+        return f"not separated ({diff:+.1f} points" + (", one seed)" if min(len(x), len(y)) < 2 else ")")
+
+    def here(schemes: list[str]) -> list[str]:
+        return table(["scheme", *(f"{s} px ({s / train:g}x)" for s in sides)],
+                     [[f"`{k}`", *(interval(cells[k, s]) if cells.get((k, s)) else "–" for s in sides)]
+                      for k in schemes])  # fmt: skip
+
+    big, lh, lie, dino = sides[-1], a["lookhere"], a["liere_synthetic"], a["dinov3_rope"]
+    order = sorted(lie["top1"], key=lambda k: -lie["top1"][k][-1])  # the published ranking at its largest size
+    pairs = [
+        (hi, lo) for i, hi in enumerate(order) for lo in order[i + 1 :] if lie["top1"][hi][-1] > lie["top1"][lo][-1]
+    ]
+    return [
+        f"## Against published resolution claims (trained at {train} px, default methods)",
+        f"**LookHere against 2D-RoPE** ({lh['source']}; {lh['setting']}, {lh['test_px'] / lh['train_px']:.2f}x): "
+        f"`{lh['scheme']}` is {lh['points']:+g} points over `{lh['against']}`. Here:",
+        here([lh["scheme"], lh["against"]]),
+        f"- At {big} px ({big / train:g}x), `{lh['scheme']}` above `{lh['against']}`: "
+        f"{verdict(lh['scheme'], lh['against'], big)}.",
+        f"**LieRE's synthetic task** ({lie['source']}; {lie['setting']}): "
+        + "; ".join(f"`{k}` {' / '.join(f'{v:g}' for v in vs)}" for k, vs in lie["top1"].items())
+        + " (the absolute table as `learned`). Here:",
+        here(order),
+        [f"- At {big} px, `{hi}` above `{lo}` (published at {lie['px'][-1]} px): {verdict(hi, lo, big)}."
+         for hi, lo in pairs],
+        f"**DINOv3's normalised coordinates** ({dino['source']}; {dino['setting']}): `{dino['scheme']}` against "
+        f"`{dino['against']}`'s integer coordinates. Here:",
+        here([dino["scheme"], dino["against"]]),
+        [f"- At {s} px, `{dino['scheme']}` above `{dino['against']}`: {verdict(dino['scheme'], dino['against'], s)}."
+         for s in sides if s > train],
+    ]  # fmt: skip
+
+
 def render_resolution(d: dict, folder: Path) -> str:
     train, blend = d["train_resolution"], d["yarn_blend"]
     rows = [[str(k), f"{f:.4f}", f"{g:.2f}", *(f"{v[k]:.3f}" for v in blend["ratio"].values())]
@@ -314,6 +369,7 @@ def render_resolution(d: dict, folder: Path) -> str:
         "relative to the trained one.",
         table(["k", "f_k", "gamma", *(f"f'/f at {s}x" for s in blend["ratio"])], rows),
         *(temperature_section(d["yarn_temperature"]) if d["yarn_temperature"] else []),
+        *published_section(d["records"], train),
     )
 
 

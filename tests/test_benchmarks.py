@@ -201,3 +201,58 @@ def test_results_page_holds_each_decay_against_the_default_rule(bench):
     decay_rows = [line for line in page.splitlines() if line.startswith("| `") and "decay" not in line]
     assert "| `learned` | 91.0 [88.5, 93.5] (3) | 96.0 [93.5, 98.5] (3) | separated |" in decay_rows
     assert "| `peg` | 60.0 (1) | 30.0 (1) | – |" in decay_rows  # one seed: no verdict
+
+
+def transfer_record(scheme: str, side: int, top1: float, seed: int = 0, ckpt: str | None = None) -> dict:
+    return {"checkpoint": ckpt or f"/runs/{scheme}-seed{seed}/checkpoints/last.ckpt", "scheme": scheme,
+            "stem": "patch", "method": "m", "default_method": True, "height": side, "width": side, "top1": top1,
+            "seed": seed}  # fmt: skip
+
+
+def test_published_claims_are_judged_by_the_intervals_here(bench):
+    """A published 'A above B' is 'agrees' or 'disagrees' only where the intervals separate."""
+    import render
+
+    recs = [transfer_record("lookhere", 64, v, k) for k, v in enumerate((0.80, 0.82, 0.81))]
+    recs += [transfer_record("rope2d", 64, v, k) for k, v in enumerate((0.40, 0.42, 0.41))]
+    recs += [transfer_record("rope2d-norm", 64, v, k) for k, v in enumerate((0.20, 0.21, 0.22))]
+    recs += [transfer_record("liere", 64, 0.5), transfer_record("learned", 64, 0.4)]  # one seed each
+    text = "\n".join(line for b in render.published_section(recs, 32) for line in ([b] if isinstance(b, str) else b))
+    assert "`lookhere` above `rope2d`: agrees." in text
+    assert "At 64 px, `rope2d-norm` above `rope2d`: disagrees." in text
+    assert "`liere` above `learned` (published at 276 px): not separated (+10.0 points, one seed)." in text
+    assert "`rope2d-mixed` above `learned` (published at 276 px): not measured here." in text
+
+
+def test_resolution_study_keeps_the_records_of_runs_whose_checkpoints_are_gone(bench, tmp_path, monkeypatch):
+    import resolution_transfer as rt
+
+    here = tmp_path / "runs" / "a-seed0" / "checkpoints" / "last.ckpt"
+    here.parent.mkdir(parents=True)
+    here.write_bytes(b"weights")
+    gone = tmp_path / "runs" / "b-seed1" / "checkpoints" / "last.ckpt"
+    monkeypatch.setattr(rt, "ROOT", tmp_path)
+    budget = {"default_pos_lr_scale": 30.0, "default_pos_weight_decay": 0.0, "embed_dim": 128, "num_heads": 4,
+              "img_size": 32, "patch_size": 4}  # fmt: skip
+    runs = [{"run": "runs/a-seed0", "seed": 0, "pos_lr_scale": 30.0, "pos_weight_decay": 0.0},
+            {"run": "runs/b-seed1", "seed": 1, "pos_lr_scale": 30.0, "pos_weight_decay": 0.0},
+            {"run": "runs/c-decayed", "seed": 0, "pos_lr_scale": 30.0, "pos_weight_decay": 0.3}]  # fmt: skip
+    (tmp_path / "results.json").write_text(json.dumps({"budget": budget, "runs": runs}))
+    earlier = {
+        "records": [transfer_record("b", 48, 0.5, 1, str(gone)), transfer_record("a", 48, 0.1, 0, str(here))],
+        "yarn_temperature": [{"checkpoint": str(gone), "temperature": "axis", "resolution": "48", "top1": 0.3}],
+    }
+    (tmp_path / "resolution.json").write_text(json.dumps(earlier))
+    swept = []
+
+    def transfer_study(runs, resolutions, limit, sweep_dir, grids):
+        swept.extend(r["run"] for r in runs)
+        return {"records": [transfer_record("a", 96, 0.2, 0, str(here))], "yarn_temperature": []}
+
+    monkeypatch.setattr(rt, "transfer_study", transfer_study)
+    argv = ["--results", str(tmp_path / "results.json"), "--json", str(tmp_path / "resolution.json")]
+    assert rt.main(argv) == 0
+    assert swept == ["runs/a-seed0"]  # the run that is here; the decayed run is not at the default rule
+    out = json.loads((tmp_path / "resolution.json").read_text())
+    assert [(r["scheme"], r["height"]) for r in out["records"]] == [("a", 96), ("b", 48)]  # the new sweep replaces a's
+    assert [t["checkpoint"] for t in out["yarn_temperature"]] == [str(gone)]
