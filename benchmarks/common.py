@@ -116,12 +116,33 @@ def finished_sweep(cmd: list[str], ckpts: list[str], sweep_dir: Path) -> bool:
     )
 
 
+def last_ckpt(run: dict) -> Path:
+    return ROOT / run["run"] / "checkpoints" / "last.ckpt"
+
+
+def earlier_record(path: str | Path) -> dict:
+    """The JSON a study wrote before (empty if none): what it keeps of runs whose folders are gone."""
+    return json.loads(Path(path).read_text()) if Path(path).is_file() else {}
+
+
+def study_here(runs: list[dict], earlier: dict, sweep: Callable[[list[dict]], dict]) -> dict:
+    """``sweep`` on the runs whose last checkpoint is here; for the others, their records in ``earlier``."""
+    here = [r for r in runs if last_ckpt(r).is_file()]
+    study = sweep(here) if here else {"records": [], "yarn_temperature": []}
+    gone = {str(last_ckpt(r)) for r in runs if r not in here}
+    for key in ("records", "yarn_temperature"):
+        study[key] += [rec for rec in earlier.get(key, []) if rec["checkpoint"] in gone]
+    if gone:
+        print(f"reusing the recorded sweep of {len(gone)} runs whose checkpoints are gone", flush=True)
+    return study
+
+
 def transfer_study(runs: list[dict], resolutions: list[str], limit: int, sweep_dir: Path, temperature_grids: list[str],
                    extra: tuple[str, ...] = ()) -> dict:  # fmt: skip
     """Every run's last checkpoint at every resolution with every transfer method, by one ``python -m
     vitpos.evaluate`` (a finished sweep of the same command is reused), each record with its run's seed; and
     YaRN's two attention temperatures on the ``rope2d`` runs."""
-    ckpts = [str(ROOT / r["run"] / "checkpoints" / "last.ckpt") for r in runs]
+    ckpts = [str(last_ckpt(r)) for r in runs]
     cmd = ["-m", "vitpos.evaluate", "--ckpt", *ckpts, "--resolutions", *resolutions, "--split", "test", *extra,
            "--out", str(sweep_dir), "--overwrite", *(["--limit", str(limit)] if limit else [])]  # fmt: skip
     if finished_sweep(cmd, ckpts, sweep_dir):

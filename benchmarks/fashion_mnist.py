@@ -3,9 +3,11 @@
     apt-get install dataset-fashion-mnist           # the data, once (Debian's package; no download)
     python benchmarks/fashion_mnist.py --jobs 2     # docs/fashion_mnist.json; then: python docs/render.py
 
-Each run is ``python train.py --config configs/fashion_mnist_study.yaml --pos P --stem S --seed K``, its validation
-curve kept. One ``python -m vitpos.evaluate`` then sweeps every last checkpoint from 20 to 56 px with every transfer
-method, and the ``rope2d`` runs measure YaRN's two temperatures. Finished runs and sweeps are reused.
+Each run is ``python train.py --config configs/fashion_mnist_study.yaml --pos P --stem S --seed K`` (``--runs`` with
+every seed, ``--single`` with the first), its validation curve kept. One ``python -m vitpos.evaluate`` then sweeps
+every last checkpoint from 20 to 56 px with every transfer method, and the ``rope2d`` runs measure YaRN's two
+temperatures. Finished runs and sweeps are reused; a run whose folder is gone keeps its record (and sweep) from the
+JSON this study wrote before.
 """
 
 from __future__ import annotations
@@ -15,14 +17,26 @@ import csv
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
-from common import MAIN_RUNS, ROOT, run_specs, study_budget, train_run, transfer_study, write_record  # noqa: E402
+from common import (  # noqa: E402  (benchmarks/ is on sys.path as a script)
+    MAIN_RUNS,
+    ROOT,
+    earlier_record,
+    run_specs,
+    study_budget,
+    study_here,
+    train_run,
+    transfer_study,
+    write_record,
+)
 
 from vitpos.config import Config
 
 CONFIG = "configs/fashion_mnist_study.yaml"
 OTHERS = ["rope2d-mixed:patch", "relbias+peg:patch", "rope2d+peg:patch"]  # the best others on `shapes` (val, seed 0)
+NEWEST = ["alibi2d:patch", "lookhere:patch", "rope2d-norm:patch", "liere:patch"]  # with the first seed
 RESOLUTIONS = ["20", "28", "40", "56"]
 TEMPERATURE_GRIDS = ["40", "56"]
 
@@ -38,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", nargs="+", default=MAIN_RUNS + OTHERS, metavar="POS:STEM")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--single", nargs="*", default=NEWEST, metavar="POS:STEM", help="runs with the first seed only")
     p.add_argument("--resolutions", nargs="+", default=RESOLUTIONS)
     p.add_argument("--eval-limit", type=int, default=300, help="sweep the first N test images (0: all)")
     p.add_argument("--jobs", type=int, default=1, help="trainings at once, each with cores / jobs threads")
@@ -45,23 +60,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/bench-fmnist")
     p.add_argument("--json", default=str(ROOT / "docs" / "fashion_mnist.json"))
     args = p.parse_args(argv)
-    run_specs(p, args.runs)
+    run_specs(p, args.runs + args.single)
     out = ROOT / args.out
     threads = str(max(1, len(os.sched_getaffinity(0)) // args.jobs))
     os.environ["OMP_NUM_THREADS"] = threads  # inherited by each training (common.run passes os.environ on)
 
+    earlier = earlier_record(args.json)
+    recorded = {r["run"]: r for r in earlier.get("runs", [])}
+
     def train(job: tuple[str, int]) -> dict:
         (pos, _, stem), seed = job[0].partition(":"), job[1]
         run_dir = out / f"{pos}-{stem}-seed{seed}"
+        rel = str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir)
+        if not (run_dir / "results.json").is_file() and rel in recorded:
+            print(f"reusing the recorded run {rel}", flush=True)
+            return recorded[rel]
         flags = ["--config", CONFIG, "--pos", pos, "--stem", stem, "--seed", str(seed)]
         res = train_run(run_dir, flags + (["--data-dir", args.data_dir] if args.data_dir else []))
         return {"pos": pos, "stem": stem, "seed": seed, **res, "val_curve": val_curve(run_dir)}
 
     with ThreadPoolExecutor(args.jobs) as pool:
-        runs = list(pool.map(train, [(spec, seed) for seed in args.seeds for spec in args.runs]))
+        jobs = [(spec, seed) for seed in args.seeds for spec in args.runs] + [(s, args.seeds[0]) for s in args.single]
+        runs = list(pool.map(train, jobs))
     os.environ["OMP_NUM_THREADS"] = str(len(os.sched_getaffinity(0)))  # one sweep, every core
-    study = transfer_study(runs, args.resolutions, args.eval_limit, out / "resolution", TEMPERATURE_GRIDS,
-                           ("--resize", "full"))  # fmt: skip
+    sweep = partial(transfer_study, resolutions=args.resolutions, limit=args.eval_limit, sweep_dir=out / "resolution",
+                    temperature_grids=TEMPERATURE_GRIDS, extra=("--resize", "full"))  # fmt: skip
+    study = study_here(runs, earlier, sweep)
     cfg = Config.from_yaml(ROOT / CONFIG)
     budget = study_budget(cfg, config=CONFIG, train_limit=cfg.data.train_limit, holdout_size=cfg.data.holdout_size,
                           pos_lr_scale=cfg.optim.pos_lr_scale, eval_limit=args.eval_limit)  # fmt: skip

@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
-from common import ROOT, transfer_study, write_record  # noqa: E402  (benchmarks/ is on sys.path as a script)
+from common import ROOT, earlier_record, study_here, transfer_study, write_record  # noqa: E402  (benchmarks/ is on sys.path as a script)
 
 from vitpos.pos.rope2d import axial_frequencies, yarn_ramp
 
@@ -30,10 +31,6 @@ def yarn_blend(head_dim: int, theta: float, train_len: int, factors: list[float]
     gamma = yarn_ramp(f, train_len)
     return {"frequencies": f.tolist(), "gamma": gamma.tolist(), "train_len": train_len,
             "ratio": {f"{s:g}": (gamma + (1 - gamma) / s).tolist() for s in factors}}  # fmt: skip
-
-
-def ckpt(run: dict) -> Path:
-    return ROOT / run["run"] / "checkpoints" / "last.ckpt"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,13 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     runs = [r for r in results["runs"] if (r["pos_lr_scale"], r.get("pos_weight_decay", 0.0)) == default]
     b = results["budget"]
     blend = yarn_blend(b["embed_dim"] // b["num_heads"], 100.0, b["img_size"] // b["patch_size"], [1.5, 2])
-    here = [r for r in runs if ckpt(r).is_file()]
-    study = transfer_study(here, args.resolutions, args.limit, ROOT / args.sweep_dir, TEMPERATURE_GRIDS)
-    gone = {str(ckpt(r)) for r in runs if r not in here}
-    earlier = json.loads(Path(args.json).read_text()) if gone and Path(args.json).is_file() else {}
-    for key in ("records", "yarn_temperature"):  # what the earlier sweep measured on the runs that are gone
-        study[key] += [rec for rec in earlier.get(key, []) if rec["checkpoint"] in gone]
-    print(f"reusing the recorded sweep of {len(gone)} runs whose checkpoints are gone", flush=True)
+    sweep = partial(transfer_study, resolutions=args.resolutions, limit=args.limit, sweep_dir=ROOT / args.sweep_dir,
+                    temperature_grids=TEMPERATURE_GRIDS)  # fmt: skip
+    study = study_here(runs, earlier_record(args.json), sweep)
     write_record(args.json, "resolution_transfer.py", argv, train_resolution=b["img_size"], limit=args.limit,
                  **study, yarn_blend=blend)  # fmt: skip
     return 0

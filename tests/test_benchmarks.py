@@ -232,6 +232,7 @@ def test_resolution_study_keeps_the_records_of_runs_whose_checkpoints_are_gone(b
     here.write_bytes(b"weights")
     gone = tmp_path / "runs" / "b-seed1" / "checkpoints" / "last.ckpt"
     monkeypatch.setattr(rt, "ROOT", tmp_path)
+    monkeypatch.setattr(bench, "ROOT", tmp_path)
     budget = {"default_pos_lr_scale": 30.0, "default_pos_weight_decay": 0.0, "embed_dim": 128, "num_heads": 4,
               "img_size": 32, "patch_size": 4}  # fmt: skip
     runs = [{"run": "runs/a-seed0", "seed": 0, "pos_lr_scale": 30.0, "pos_weight_decay": 0.0},
@@ -245,7 +246,7 @@ def test_resolution_study_keeps_the_records_of_runs_whose_checkpoints_are_gone(b
     (tmp_path / "resolution.json").write_text(json.dumps(earlier))
     swept = []
 
-    def transfer_study(runs, resolutions, limit, sweep_dir, grids):
+    def transfer_study(runs, **settings):
         swept.extend(r["run"] for r in runs)
         return {"records": [transfer_record("a", 96, 0.2, 0, str(here))], "yarn_temperature": []}
 
@@ -256,3 +257,30 @@ def test_resolution_study_keeps_the_records_of_runs_whose_checkpoints_are_gone(b
     out = json.loads((tmp_path / "resolution.json").read_text())
     assert [(r["scheme"], r["height"]) for r in out["records"]] == [("a", 96), ("b", 48)]  # the new sweep replaces a's
     assert [t["checkpoint"] for t in out["yarn_temperature"]] == [str(gone)]
+
+
+def test_fashion_mnist_study_reuses_recorded_runs_whose_folders_are_gone(bench, tmp_path, monkeypatch):
+    import fashion_mnist as fm
+
+    monkeypatch.setattr(fm, "ROOT", tmp_path)
+    monkeypatch.setattr(bench, "ROOT", tmp_path)
+    monkeypatch.setattr(fm, "CONFIG", str(ROOT / fm.CONFIG))
+    recorded = {"pos": "rope2d", "stem": "patch", "seed": 0, "run": "fm/rope2d-patch-seed0", "test_top1": 0.8,
+                "val_curve": [0.5, 0.8]}  # fmt: skip
+    (tmp_path / "fm.json").write_text(json.dumps({"runs": [recorded], "records": [], "yarn_temperature": []}))
+    trained = []
+
+    def train_run(run_dir, flags):
+        trained.append(run_dir.name)
+        (run_dir / "logs").mkdir(parents=True)
+        (run_dir / "logs" / "metrics.csv").write_text("val/top1\n0.4\n")
+        return {"run": str(run_dir.relative_to(tmp_path)), "test_top1": 0.4}
+
+    monkeypatch.setattr(fm, "train_run", train_run)
+    monkeypatch.setattr(fm, "transfer_study", lambda runs, **kw: {"records": [], "yarn_temperature": []})
+    out = ["--out", "fm", "--json", str(tmp_path / "fm.json")]
+    argv = ["--runs", "rope2d:patch", "learned:patch", "--seeds", "0", "--single", *out]
+    assert fm.main(argv) == 0
+    assert trained == ["learned-patch-seed0"]  # the recorded rope2d run is not trained again
+    runs = json.loads((tmp_path / "fm.json").read_text())["runs"]
+    assert runs[0] == recorded and runs[1]["val_curve"] == [0.4]
