@@ -155,7 +155,10 @@ def transfer_study(runs: list[dict], resolutions: list[str], limit: int, sweep_d
     seed_of = {c: r["seed"] for c, r in zip(ckpts, runs, strict=True)}
     records = [rec | {"seed": seed_of[rec["checkpoint"]]} for rec in load_records(sweep_dir / "resolution.json")]
     rope = [c for c, r in zip(ckpts, runs, strict=True) if (r["pos"], r["stem"]) == ("rope2d", "patch")]
-    return {"records": records, "yarn_temperature": temperature_study(rope, temperature_grids, limit)}
+    return {
+        "records": records,
+        "yarn_temperature": temperature_study(rope, temperature_grids, limit) if temperature_grids else [],
+    }
 
 
 def temperature_study(ckpts: list[str], grids: list[str], limit: int = 0) -> list[dict]:

@@ -300,6 +300,43 @@ def temperature_section(temp: list[dict]) -> list[Block]:
             better or ["- The two temperatures are not separated at any of these sizes."]]  # fmt: skip
 
 
+def finetune_section(ft: dict, results: dict | None) -> list[Block]:
+    """Swin v2's Table 1 on `shapes`: tested directly at each size against after one epoch of fine-tuning there."""
+    train, sizes = ft["train_resolution"], ft["sizes"]
+    direct, tuned, base = defaultdict(list), defaultdict(list), defaultdict(list)
+    for r in ft["records"]:
+        if r["default_method"] and r["height"] == r["width"]:
+            direct[r["scheme"], r["stem"], r["height"]].append(r["top1"])
+    for f in ft["finetuned"]:
+        tuned[f["pos"], f["stem"], f["img_size"]].append(f["test_top1"])
+    trained = {f["run"] for f in ft["finetuned"]}
+    for r in (results or {}).get("runs", []):
+        if r["run"] in trained:
+            base[r["pos"], r["stem"]].append(r["test_top1"])
+    keys = list(dict.fromkeys((f["pos"], f["stem"]) for f in ft["finetuned"]))
+    rows, gains = [], []
+    for k in keys:
+        cells = [interval(base[k]) if base[k] else "–", interval(tuned[(*k, train)])]
+        for s in sizes:
+            cells += [interval(direct[(*k, s)]) if direct[(*k, s)] else "–", interval(tuned[(*k, s)])]
+            if separated(tuned[(*k, s)], direct[(*k, s)]):
+                better = mean_ci(tuned[(*k, s)])[0] > mean_ci(direct[(*k, s)])[0]
+                gains.append(f"- {label(*k)} at {s} px: fine-tuned {'above' if better else 'below'} tested directly.")
+        rows.append([label(*k), *cells])
+    heads = ["scheme", f"{train} px", f"{train} px +1 epoch"]
+    heads += [h for s in sizes for h in (f"{s} px directly", f"{s} px fine-tuned")]
+    return [
+        "## Fine-tuning at a new size (Swin v2's Table 1 protocol)",
+        f"Made by `{ft['command']}`. Each {train} px run tested directly at each size (its default method, the "
+        f"whole test split) and after one more epoch there (`train.py --init-from RUN/checkpoints/last.ckpt "
+        f"--img-size R {' '.join(ft['finetune'])}`, which carries the scheme's parameters to the new grid by its "
+        f"default method); `{train} px +1 epoch`: the same epoch at the training size, the control for the extra "
+        "training. Test top-1, mean [95 % interval] (seeds).",
+        table(heads, rows),
+        gains or ["- Fine-tuned and tested directly are not separated for any scheme at these sizes."],
+    ]
+
+
 def published_section(recs: list[dict], train: int) -> list[Block]:
     """The published resolution claims of docs/anchors.yaml against the same schemes here (default methods)."""
     a, cells = anchors(), defaultdict(list)  # (scheme, side) -> top-1 per seed, square grids, patch stem
@@ -370,6 +407,7 @@ def render_resolution(d: dict, folder: Path) -> str:
         table(["k", "f_k", "gamma", *(f"f'/f at {s}x" for s in blend["ratio"])], rows),
         *(temperature_section(d["yarn_temperature"]) if d["yarn_temperature"] else []),
         *published_section(d["records"], train),
+        *(finetune_section(ft, read(folder / "results.json")) if (ft := read(folder / "finetune.json")) else []),
     )
 
 

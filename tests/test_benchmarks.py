@@ -284,3 +284,53 @@ def test_fashion_mnist_study_reuses_recorded_runs_whose_folders_are_gone(bench, 
     assert trained == ["learned-patch-seed0"]  # the recorded rope2d run is not trained again
     runs = json.loads((tmp_path / "fm.json").read_text())["runs"]
     assert runs[0] == recorded and runs[1]["val_curve"] == [0.4]
+
+
+def test_finetune_study_tests_directly_and_fine_tunes_each_run_and_renders(bench, tmp_path, monkeypatch):
+    import finetune
+    import render
+
+    monkeypatch.setattr(finetune, "ROOT", tmp_path)
+    monkeypatch.setattr(bench, "ROOT", tmp_path)
+    for name in ("rope2d-patch-seed0", "rope2d-patch-seed1"):
+        (tmp_path / "runs" / name / "checkpoints").mkdir(parents=True)
+        (tmp_path / "runs" / name / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    budget = {"default_pos_lr_scale": 30.0, "default_pos_weight_decay": 0.0, "img_size": 32}
+    runs = [{"run": f"runs/rope2d-patch-seed{k}", "pos": "rope2d", "stem": "patch", "seed": k, "pos_lr_scale": 30.0,
+             "pos_weight_decay": 0.0, "test_top1": 0.99} for k in (0, 1)]  # fmt: skip
+    runs.append(runs[0] | {"run": "runs/rope2d-patch-lr1-seed0", "pos_lr_scale": 1.0})  # not the default rule
+    (tmp_path / "results.json").write_text(json.dumps({"budget": budget, "runs": runs}))
+    trained = []
+
+    def train_run(run_dir, flags):
+        trained.append((run_dir.name, flags[flags.index("--img-size") + 1]))
+        return {"test_top1": {"32": 0.99, "48": 0.9, "64": 0.8}[flags[flags.index("--img-size") + 1]]}
+
+    def transfer_study(runs, resolutions, limit, sweep_dir, temperature_grids):
+        assert resolutions == ["48", "64"] and limit == 0 and not temperature_grids  # the whole split, no YaRN study
+        ckpt = {r["seed"]: str(tmp_path / r["run"] / "checkpoints" / "last.ckpt") for r in runs}
+        recs = [transfer_record("rope2d", 48, 0.5 + k / 100, k, ckpt[k]) for k in ckpt]
+        return {
+            "records": recs + [transfer_record("rope2d", 64, 0.3, k, ckpt[k]) for k in ckpt],
+            "yarn_temperature": [],
+        }
+
+    monkeypatch.setattr(finetune, "train_run", train_run)
+    monkeypatch.setattr(finetune, "transfer_study", transfer_study)
+    argv = ["--results", str(tmp_path / "results.json"), "--json", str(tmp_path / "finetune.json")]
+    assert finetune.main(argv) == 0
+    assert trained == [(f"rope2d-patch-seed{k}-ft{s}", s) for k in (0, 1) for s in ("32", "48", "64")]
+    text = "\n".join(
+        line
+        for b in render.finetune_section(json.loads((tmp_path / "finetune.json").read_text()), read_json(tmp_path))
+        for line in ([b] if isinstance(b, str) else b)
+    )
+    assert (
+        "| `rope2d` | 99.0 [99.0, 99.0] (2) | 99.0 [99.0, 99.0] (2) | 50.5 [44.1, 56.9] (2) | 90.0 [90.0, 90.0] (2) |"
+        in text
+    )
+    assert "- `rope2d` at 48 px: fine-tuned above tested directly." in text
+
+
+def read_json(folder: Path) -> dict:
+    return json.loads((folder / "results.json").read_text())

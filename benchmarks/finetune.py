@@ -1,0 +1,64 @@
+"""Swin v2's Table 1 protocol on `shapes`: each 32 px run tested directly at larger sizes, and after a short
+fine-tune there (``train.py --init-from``); JSON.
+
+    python benchmarks/results.py      # the 32 px runs (docs/results.json)
+    python benchmarks/finetune.py     # docs/finetune.json; then: python docs/render.py (docs/resolution.md)
+
+For every run of docs/results.json at the default rule with a seed in ``--seeds``: one ``python -m vitpos.evaluate``
+tests the last checkpoints at each ``--sizes`` with every transfer method on the whole test split; then
+``python train.py --init-from RUN/checkpoints/last.ckpt --img-size R`` trains one more epoch (``FINETUNE``) at each
+size, and at the training size too: the control, the same epoch without a new grid. Finished runs are reused; a run
+whose checkpoint is gone keeps its records from the JSON this study wrote before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from common import ROOT, earlier_record, last_ckpt, study_here, train_run, transfer_study, write_record  # noqa: E402
+
+FINETUNE = ["--epochs", "1", "--lr", "0.00025", "--warmup-epochs", "0.1"]  # a quarter of the peak lr, one epoch
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--results", default=str(ROOT / "docs" / "results.json"), help="the runs (benchmarks/results.py)")
+    p.add_argument("--sizes", type=int, nargs="+", default=[48, 64], help="sizes to test and fine-tune at (px)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--out", default="runs/bench-shapes/finetune", help="folder of the fine-tuning runs")
+    p.add_argument("--json", default=str(ROOT / "docs" / "finetune.json"))
+    args = p.parse_args(argv)
+    results = json.loads(Path(args.results).read_text())
+    b, out = results["budget"], ROOT / args.out
+    rule = b["default_pos_lr_scale"], b["default_pos_weight_decay"]
+    runs = [
+        r
+        for r in results["runs"]
+        if (r["pos_lr_scale"], r.get("pos_weight_decay", 0.0)) == rule and r["seed"] in args.seeds
+    ]
+    earlier = earlier_record(args.json)
+
+    def direct(here: list[dict]) -> dict:
+        return transfer_study(here, [str(s) for s in args.sizes], 0, out / "direct", [])
+
+    study = study_here(runs, earlier, direct)
+    finetuned = {(f["run"], f["img_size"]): f for f in earlier.get("finetuned", [])}
+    for r in runs:
+        if not last_ckpt(r).is_file():
+            continue  # its fine-tuned records, if any, stay as recorded
+        for size in [b["img_size"], *args.sizes]:
+            flags = ["--init-from", str(last_ckpt(r)), "--img-size", str(size), "--seed", str(r["seed"]), *FINETUNE]
+            res = train_run(out / f"{Path(r['run']).name}-ft{size}", flags)
+            finetuned[r["run"], size] = {"run": r["run"], "pos": r["pos"], "stem": r["stem"], "seed": r["seed"],
+                                         "img_size": size, "test_top1": res["test_top1"]}  # fmt: skip
+    write_record(args.json, "finetune.py", argv, train_resolution=b["img_size"], sizes=args.sizes, finetune=FINETUNE,
+                 records=study["records"], finetuned=list(finetuned.values()))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
