@@ -37,7 +37,18 @@ from vitpos.model import create_model
 from vitpos.pos import POS_SCHEMES
 
 NUM_CLASSES = 10
-SCHEMES = ("learned", "sincos2d", "rope2d", "relbias", "none")
+SCHEMES = (
+    "learned",
+    "sincos2d",
+    "rope2d",
+    "relbias",
+    "none",
+    "rope2d-mixed",
+    "alibi2d",
+    "lookhere",
+    "rope2d-norm",
+    "liere",
+)
 TIMM = ("learned", "rope2d", "relbias")  # the schemes timm has a model of
 
 

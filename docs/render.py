@@ -470,13 +470,16 @@ def throughput_rows(c: dict, matmul: float, spec: float | None) -> list[list[str
     rows = []
     for name, r in c.items():
         timm, ours = c.get(f"timm:{name}"), ":" not in name
-        over = None
+        over, rope = None, None  # step-time overheads per round, in %
         if ours and name != "none" and "none" in c:
             over = [100 * (x - 1) for x in per_round(c["none"]["img_s"], r["img_s"])]
+        if ours and name != "rope2d" and "rope2d" in c:
+            rope = [100 * (x - 1) for x in per_round(c["rope2d"]["img_s"], r["img_s"])]
         tflops = 3 * r["gflops_fwd"] * median(r["img_s"]) / 1e3
         rows.append([f"`{name}`" if ours else name.replace(":", " "), f"{median(r['img_s']):.1f}",
                      spread(per_round(r["img_s"], timm["img_s"]), ".3f") if timm else "–",
-                     spread(over, "+.1f") + " %" if over else "–", f"{r['memory_mib']:.0f}", f"{r['gflops_fwd']:.4g}",
+                     spread(over, "+.1f") + " %" if over else "–", spread(rope, "+.1f") + " %" if rope else "–",
+                     f"{r['memory_mib']:.0f}", f"{r['gflops_fwd']:.4g}",
                      f"{tflops:.3g}", f"{100 * tflops / matmul:.1f} %",
                      *([f"{100 * tflops / spec:.1f} %"] if spec else [])])  # fmt: skip
     return rows
@@ -487,7 +490,7 @@ def render_performance(d: dict, folder: Path) -> str:
     ``folder``/export.json (benchmarks/export.py) where there is one."""
     peaks, export = anchors()["gpu_peak_tflops"], read(folder / "export.json")
     spec = next((v[d["dtype"]] for k, v in peaks.items() if k != "source" and k in (d["gpu"] or "")), None)
-    heads = ["model", "img/s", "vs timm", "overhead vs `none`", "step memory (MiB)", "GFLOPs/img (fwd)",
+    heads = ["model", "img/s", "vs timm", "overhead vs `none`", "vs `rope2d`", "step memory (MiB)", "GFLOPs/img (fwd)",
              "achieved TFLOP/s", "of measured peak", *(["of datasheet"] if spec else [])]  # fmt: skip
     grids, shapes = [], []
     for g in d["grids"]:
@@ -500,9 +503,10 @@ def render_performance(d: dict, folder: Path) -> str:
         "# Throughput",
         "## Training against timm",
         made(d),
-        model_line(d) + " Step: forward, cross-entropy, backward, AdamW. img/s: median over rounds; *vs timm* and "
-        "*overhead vs `none`*: medians of per-round ratios, (lowest to highest round). Memory: peak of one step above "
-        "the resting state. FLOPs: `FlopCounterMode` on one forward; achieved = 3 x forward FLOPs x img/s, against a "
+        model_line(d) + " Step: forward, cross-entropy, backward, AdamW. img/s: median over rounds; *vs timm*: "
+        "img/s against timm's; *overhead vs `none`* and *vs `rope2d`*: step time against theirs; each the median of "
+        "per-round ratios, (lowest to highest round). Memory: peak of one step above the resting state. FLOPs: "
+        "`FlopCounterMode` on one forward; achieved = 3 x forward FLOPs x img/s, against a "
         f"square matmul measured in the same run ({d['matmul_peak_tflops']:.3g} TFLOP/s)"
         + (f" and the datasheet's {spec} TFLOP/s ({peaks['source']})." if spec else "."),
         f"timm {d['timm']}, same dims, `global_pool='avg', class_token=False`, no LayerScale: "
