@@ -32,7 +32,7 @@ bench-resolution: .venv
 
 # Each measures and writes docs/<page>.json; docs/render.py writes the pages from it.
 bench-throughput: .venv
-	$(PY) benchmarks/throughput.py --repeats 8 && $(PY) docs/render.py
+	$(PY) benchmarks/throughput.py --repeats 3 --steps 1 --warmup 1 --batch-size 32 --data-images 256 && $(PY) docs/render.py
 
 bench-compile: .venv
 	$(PY) benchmarks/throughput.py --compile --grids 8 --eval-img-sizes 32 48 64 --repeats 3 && $(PY) docs/render.py

@@ -1,6 +1,7 @@
 """Training-step throughput of vitpos's position schemes against timm's model of the same size (JSON only).
 
-    python benchmarks/throughput.py --repeats 8         # docs/performance.json: CPU, tiny model, 8x8 and 16x16
+    python benchmarks/throughput.py --repeats 3 --steps 1 --warmup 1 --batch-size 32 --data-images 256
+                                                        # docs/performance.json: CPU, tiny model, 8x8 and 16x16
     python benchmarks/throughput.py --compile --grids 8 --eval-img-sizes 32 48 64 --repeats 3
                                                         # docs/performance_compile.json: torch.compile vs eager
     python benchmarks/throughput.py --quick --out /tmp/performance.json   # smoke test, seconds
