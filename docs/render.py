@@ -461,8 +461,12 @@ def model_line(d: dict) -> str:
     m = d["dims"]
     return (f"Model `{d['model']}`: {m['embed_dim']} wide, {m['depth']} blocks, {m['num_heads']} heads, patch "
             f"{d['patch_size']}, average pooling, no class token; {d['dtype']} on {d['gpu'] or 'the CPU'}, "
-            f"{d['threads']} torch threads. Every contender is warmed up ({d['warmup']} steps), then all run "
-            f"round-robin, {d['repeats']} rounds of {d['steps']} steps.")  # fmt: skip
+            f"{d['threads']} torch threads. Every contender is warmed up ({steps(d['warmup'])}), then all run "
+            f"round-robin, {d['repeats']} rounds of {steps(d['steps'])}.")  # fmt: skip
+
+
+def steps(n: int) -> str:
+    return f"{n} step" + ("" if n == 1 else "s")
 
 
 def throughput_rows(c: dict, matmul: float, spec: float | None) -> list[list[str]]:
