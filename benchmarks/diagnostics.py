@@ -4,8 +4,8 @@
     python benchmarks/diagnostics.py     # docs/diagnostics.json and docs/diagnostics/<run>/
     python docs/render.py          # docs/diagnostics.md
 
-``vitpos.diagnose.diagnose`` on ``last.ckpt`` of every seed-0 run of docs/results.json at the default position lr
-scale: patch-shuffle top-1, attention distance per block, pictures.
+``vitpos.diagnose.diagnose`` on ``last.ckpt`` of every seed-0 run of docs/results.json at the default position
+rule (lr scale and weight decay): patch-shuffle top-1, attention distance per block, pictures.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-images", type=int, default=256)
     a = p.parse_args(argv)
     results = json.loads(Path(a.results).read_text())
-    default = results["budget"]["default_pos_lr_scale"]
+    b = results["budget"]
+    default = 0, b["default_pos_lr_scale"], b.get("default_pos_weight_decay", 0.0)
     records = []
     for r in results["runs"]:
-        if (r["seed"], r["pos_lr_scale"]) == (0, default):
+        if (r["seed"], r["pos_lr_scale"], r.get("pos_weight_decay", 0.0)) == default:
             run = ROOT / r["run"]
             s = diagnose(run / "checkpoints" / "last.ckpt", Path(a.docs, "diagnostics", run.name),
                          num_images=a.num_images, overwrite=True)  # fmt: skip

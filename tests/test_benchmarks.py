@@ -154,16 +154,18 @@ def test_render_writes_the_pages_whose_json_is_there_and_no_other(bench, tmp_pat
     assert (tmp_path / "diagnostics.md").read_text() == render.PAGES["diagnostics"](DIAGNOSTICS, tmp_path)
 
 
-def test_diagnostics_takes_each_schemes_seed_0_run_at_the_default_scale(bench, tmp_path, monkeypatch):
+def test_diagnostics_takes_each_schemes_seed_0_run_at_the_default_rule(bench, tmp_path, monkeypatch):
     import diagnostics
     import render
 
     runs = [("rope2d-patch-seed0", 0, 30.0), ("learned-patch-lr30-seed0", 0, 30.0),  # rope2d: no lr in its name
             ("learned-patch-lr30-seed1", 1, 30.0), ("learned-patch-lr1-seed0", 0, 1.0)]  # fmt: skip
     results = {
-        "budget": {"default_pos_lr_scale": 30.0},
+        "budget": {"default_pos_lr_scale": 30.0, "default_pos_weight_decay": 0.0},
         "runs": [{"run": f"runs/x/{name}", "seed": seed, "pos_lr_scale": scale} for name, seed, scale in runs],
     }
+    decayed = {"run": "runs/x/learned-patch-lr30-wd0.3-seed0", "seed": 0, "pos_lr_scale": 30.0, "pos_weight_decay": 0.3}
+    results["runs"].append(decayed)  # not the default rule
     (tmp_path / "results.json").write_text(json.dumps(results))
     seen = []
 
