@@ -91,7 +91,7 @@ def made(d: dict) -> str:
     where = f"{m['date']}, {m['cpu']}, {m['cores']} cores, torch {m['torch']}"
     if "load_average" in d:
         where += f", 1-minute load average {d['load_average'][0]:g} at the start"
-        if d["load_average"][0] > m["cores"]:
+        if d["load_average"][0] > m["cores"] and "repeats" in d:  # a timed benchmark: rounds, round-robin
             where += (
                 f" (over {m['cores']}: other work shared the machine, so the ratios within a round are what compare)"
             )
