@@ -1,4 +1,4 @@
-"""What the benchmarks share: running vitpos's own commands, reusing finished runs, and statistics.
+"""What the benchmarks share: running vitpos's own commands, reusing finished runs and sweeps, writing records.
 
 Benchmarks measure and write JSON; ``docs/render.py`` turns that JSON into docs/*.md and plots.
 Nothing in vitpos/ imports this folder.

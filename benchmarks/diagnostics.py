@@ -2,7 +2,7 @@
 
     python benchmarks/results.py         # the runs this reads (docs/results.json)
     python benchmarks/diagnostics.py     # docs/diagnostics.json and docs/diagnostics/<run>/
-    python docs/render.py          # docs/diagnostics.md
+    python docs/render.py                # docs/diagnostics.md
 
 ``vitpos.diagnose.diagnose`` on ``last.ckpt`` of every seed-0 run of docs/results.json at the default position
 rule (lr scale and weight decay): patch-shuffle top-1, attention distance per block, pictures.

@@ -2,7 +2,7 @@
 
     python benchmarks/results.py                         # trains the runs (docs/results.json)
     python benchmarks/resolution_transfer.py             # sweeps them: docs/resolution.json
-    python docs/render.py                          # docs/resolution.md and resolution.png
+    python docs/render.py                                # docs/resolution.md and resolution.png
 
 One ``python -m vitpos.evaluate`` sweeps the last checkpoints of docs/results.json's runs at the default position
 lr scale (reused when finished); also YaRN's per-frequency blend and its two attention temperatures. A run whose
