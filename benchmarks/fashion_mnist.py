@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +36,8 @@ from common import (  # noqa: E402  (benchmarks/ is on sys.path as a script)
 from vitpos.config import Config
 
 CONFIG = "configs/fashion_mnist_study.yaml"
-OTHERS = ["rope2d-mixed:patch", "relbias+peg:patch", "rope2d+peg:patch"]  # the best others on `shapes` (val, seed 0)
+# The best other schemes on `shapes` (seed-0 validation top-1), as benchmarks/results.py chose them.
+OTHERS = json.loads((ROOT / "docs" / "results.json").read_text())["top_others"]
 NEWEST = ["alibi2d:patch", "lookhere:patch", "rope2d-norm:patch", "liere:patch"]  # with the first seed
 RESOLUTIONS = ["20", "28", "40", "56"]
 TEMPERATURE_GRIDS = ["40", "56"]
@@ -80,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         return {"pos": pos, "stem": stem, "seed": seed, **res, "val_curve": val_curve(run_dir)}
 
     with ThreadPoolExecutor(args.jobs) as pool:
-        jobs = [(spec, seed) for seed in args.seeds for spec in args.runs] + [(s, args.seeds[0]) for s in args.single]
+        jobs = [(spec, seed) for seed in args.seeds for spec in args.runs]
+        jobs += [(s, args.seeds[0]) for s in args.single if s not in args.runs]
         runs = list(pool.map(train, jobs))
     os.environ["OMP_NUM_THREADS"] = str(len(os.sched_getaffinity(0)))  # one sweep, every core
     sweep = partial(transfer_study, resolutions=args.resolutions, limit=args.eval_limit, sweep_dir=out / "resolution",

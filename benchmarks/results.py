@@ -3,9 +3,10 @@
     python benchmarks/results.py                    # docs/results.json; then: python docs/render.py
 
 Each run is ``python train.py --pos P --stem S --seed K`` with nothing else. The six main runs get every seed,
-every other scheme the first seed, and the ``--top`` of those by validation top-1 every seed too. Schemes with
-position parameters also train with the rule off (``--pos-lr-scale 1``) and at the ``--sweep`` scales and
-position weight decays; those without train identically at every scale, so once. A finished run is reused (its
+every other scheme the first seed, and the ``--top`` of those by validation top-1 every seed too, as do the
+``--claims`` schemes, which docs/resolution.md holds against published claims. Schemes with position parameters
+also train with the rule off (``--pos-lr-scale 1``) and at the ``--sweep`` scales and position weight decays;
+those without train identically at every scale, so once. A finished run is reused (its
 folder's results.json, or else its record in the JSON this study wrote before): an interrupted study continues.
 """
 
@@ -22,6 +23,7 @@ from vitpos import POS_SCHEMES, create_model
 from vitpos.config import Config
 
 OTHERS = [f"{p}:patch" for p in POS_SCHEMES if f"{p}:patch" not in MAIN_RUNS]
+CLAIMS = ["lookhere:patch", "rope2d-norm:patch"]  # the schemes of docs/anchors.yaml's resolution claims: every seed
 TRIED = ((10, 0), (10, 1), (10, 2), (100, 0))  # (scale, seed) of the runs that chose the default scale
 SWEEP = [f"{pos}:patch:{scale}:{seed}" for pos in ("learned", "relbias") for scale, seed in TRIED]
 SCALE = Config().optim.pos_lr_scale
@@ -50,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--others", nargs="*", default=OTHERS, metavar="POS:STEM", help="runs with seed 0 first")
     p.add_argument("--top", type=int, default=3, help="others (by seed-0 validation top-1) trained with --seeds too")
+    p.add_argument("--claims", nargs="*", default=CLAIMS, metavar="POS:STEM",
+                   help="others trained with --seeds too: the schemes a published resolution claim names")  # fmt: skip
     p.add_argument("--ablation", nargs="*", metavar="POS:STEM",
                    help="rule-off runs, seed 0 (default: every scheme with position parameters)")  # fmt: skip
     p.add_argument("--sweep", nargs="*", default=SWEEP, metavar="POS:STEM:SCALE:SEED[:DECAY]",
@@ -58,10 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=str(ROOT / "docs" / "results.json"))
     p.add_argument("--retrain", action="store_true")
     args = p.parse_args(argv)
-    run_specs(p, args.runs + args.others)
+    run_specs(p, args.runs + args.others + args.claims)
     cfg, out = Config(), ROOT / args.out
     scale, decay = cfg.optim.pos_lr_scale, cfg.optim.pos_weight_decay
-    with_params = [s for s in dict.fromkeys(args.runs + args.others) if has_pos_params(s.split(":")[0])]
+    with_params = [s for s in dict.fromkeys(args.runs + args.others + args.claims) if has_pos_params(s.split(":")[0])]
     recorded = {} if args.retrain else {r["run"]: r for r in recorded_runs(Path(args.json))}
     runs: dict[tuple[str, int, float, float], dict] = {}  # in the order trained: the pages list them so
 
@@ -90,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.others:
         train(spec, args.seeds[0], scale)
     top = sorted(args.others, key=lambda s: -runs[s, args.seeds[0], scale, decay]["best_val_top1"])[: args.top]
-    for spec in top:
+    for spec in top + [s for s in args.claims if s not in top]:
         for seed in args.seeds:
             train(spec, seed, scale)
     for spec in with_params if args.ablation is None else [s for s in args.ablation if s in with_params]:

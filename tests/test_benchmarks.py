@@ -337,3 +337,27 @@ def test_finetune_study_tests_directly_and_fine_tunes_each_run_and_renders(bench
 
 def read_json(folder: Path) -> dict:
     return json.loads((folder / "results.json").read_text())
+
+
+def test_results_study_trains_main_top_and_claimed_schemes_with_every_seed(bench, tmp_path, monkeypatch):
+    import results
+
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    val = {"rope2d-mixed": 0.99, "liere": 0.98, "cpb": 0.5, "lookhere": 0.4}  # seed-0 validation top-1
+    trained = []
+
+    def train_run(run_dir, flags, retrain=False):
+        pos, seed = flags[flags.index("--pos") + 1], int(flags[flags.index("--seed") + 1])
+        trained.append((pos, seed, "--pos-lr-scale" in flags))
+        return {"run": run_dir.name, "best_val_top1": val.get(pos, 0.9), "test_top1": 0.9}
+
+    monkeypatch.setattr(results, "train_run", train_run)
+    others = ["rope2d-mixed:patch", "liere:patch", "cpb:patch", "lookhere:patch"]
+    argv = ["--runs", "rope2d:patch", "--seeds", "0", "1", "--others", *others, "--top", "1", "--claims",
+            "lookhere:patch", "--ablation", "--sweep", "--json", str(tmp_path / "results.json")]  # fmt: skip
+    assert results.main(argv) == 0
+    seeds = {pos: sorted(s for p, s, _ in trained if p == pos) for pos, _, _ in trained}
+    assert seeds == {"rope2d": [0, 1], "rope2d-mixed": [0, 1], "liere": [0], "cpb": [0], "lookhere": [0, 1]}
+    assert {p for p, _, scaled in trained if scaled} == {"rope2d-mixed", "liere", "cpb"}  # those with parameters
+    record = json.loads((tmp_path / "results.json").read_text())
+    assert record["top_others"] == ["rope2d-mixed:patch"] and len(record["runs"]) == len(trained)
