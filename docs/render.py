@@ -338,8 +338,8 @@ def finetune_section(ft: dict, results: dict | None) -> list[Block]:
 
 
 def published_section(recs: list[dict], train: int) -> list[Block]:
-    """The published resolution claims of docs/anchors.yaml against the same schemes here (default methods), each
-    judged at the largest size where both schemes have seeds."""
+    """The published resolution claims of docs/anchors.yaml against the same schemes here (default methods): LookHere's
+    and DINOv3's at every size above the training one, LieRE's ranking at the largest size where both have seeds."""
     a, cells = anchors(), defaultdict(list)  # (scheme, side) -> top-1 per seed, square grids, patch stem
     for r in recs:
         if r["default_method"] and r["stem"] == "patch" and r["height"] == r["width"]:
@@ -363,6 +363,10 @@ def published_section(recs: list[dict], train: int) -> list[Block]:
         both = [s for s in sides if len(cells.get((hi, s), [])) > 1 and len(cells.get((lo, s), [])) > 1]
         return max(both or [s for s in sides if cells.get((hi, s)) and cells.get((lo, s))] or sides)
 
+    def at_each(hi: str, lo: str) -> list[str]:
+        """The verdict at every size above the training one."""
+        return [f"- At {s} px ({s / train:g}x), `{hi}` above `{lo}`: {verdict(hi, lo, s)}." for s in sides if s > train]
+
     def here(schemes: list[str]) -> list[str]:
         return table(["scheme", *(f"{s} px ({s / train:g}x)" for s in sides)],
                      [[f"`{k}`", *(interval(cells[k, s]) if cells.get((k, s)) else "–" for s in sides)]
@@ -378,8 +382,7 @@ def published_section(recs: list[dict], train: int) -> list[Block]:
         f"**LookHere against 2D-RoPE** ({lh['source']}; {lh['setting']}, {lh['test_px'] / lh['train_px']:.2f}x): "
         f"`{lh['scheme']}` is {lh['points']:+g} points over `{lh['against']}`. Here:",
         here([lh["scheme"], lh["against"]]),
-        f"- At {(at := judged_at(lh['scheme'], lh['against']))} px ({at / train:g}x), `{lh['scheme']}` above "
-        f"`{lh['against']}`: {verdict(lh['scheme'], lh['against'], at)}.",
+        at_each(lh["scheme"], lh["against"]),
         f"**LieRE's synthetic task** ({lie['source']}; {lie['setting']}): "
         + "; ".join(f"`{k}` {' / '.join(f'{v:g}' for v in vs)}" for k, vs in lie["top1"].items())
         + " (the absolute table as `learned`). Here:",
@@ -389,8 +392,7 @@ def published_section(recs: list[dict], train: int) -> list[Block]:
         f"**DINOv3's normalised coordinates** ({dino['source']}; {dino['setting']}): `{dino['scheme']}` against "
         f"`{dino['against']}`'s integer coordinates. Here:",
         here([dino["scheme"], dino["against"]]),
-        [f"- At {s} px, `{dino['scheme']}` above `{dino['against']}`: {verdict(dino['scheme'], dino['against'], s)}."
-         for s in sides if s > train],
+        at_each(dino["scheme"], dino["against"]),
     ]  # fmt: skip
 
 

@@ -222,7 +222,8 @@ def test_published_claims_are_judged_by_the_intervals_here(bench):
     recs += [transfer_record(k, 96, 0.3) for k in ("lookhere", "rope2d")]  # one seed: judged where both have seeds
     text = "\n".join(line for b in render.published_section(recs, 32) for line in ([b] if isinstance(b, str) else b))
     assert "- At 64 px (2x), `lookhere` above `rope2d`: agrees." in text
-    assert "At 64 px, `rope2d-norm` above `rope2d`: disagrees." in text
+    assert "- At 96 px (3x), `lookhere` above `rope2d`: not separated (+0.0 points, one seed)." in text
+    assert "- At 64 px (2x), `rope2d-norm` above `rope2d`: disagrees." in text
     assert "`liere` above `learned` (published at 276 px): not separated (+10.0 points, one seed)." in text
     assert "`rope2d-mixed` above `learned` (published at 276 px): not measured here." in text
 
