@@ -28,6 +28,7 @@ TRIED = ((10, 0), (10, 1), (10, 2), (100, 0))  # (scale, seed) of the runs that 
 SWEEP = [f"{pos}:patch:{scale}:{seed}" for pos in ("learned", "relbias") for scale, seed in TRIED]
 SCALE = Config().optim.pos_lr_scale
 SWEEP += ["rope2d+learned:patch:1:1"]  # a second rule-off seed of the composition the default scale makes worse
+SWEEP += ["rope2d+learned:patch:10:0"]  # the scale that suits `learned` alone, on that composition
 # Position weight decay 0.3 at the default scale: learned and relbias over seeds, the composition whose learned table
 # the default scale makes worse, and peg, whose conv the decay pulls towards zero.
 DECAYED = [("learned", 0), ("learned", 1), ("learned", 2), ("relbias", 0), ("relbias", 1), ("relbias", 2),
