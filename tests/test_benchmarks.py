@@ -219,7 +219,7 @@ def test_published_claims_are_judged_by_the_intervals_here(bench):
     recs += [transfer_record("rope2d", 64, v, k) for k, v in enumerate((0.40, 0.42, 0.41))]
     recs += [transfer_record("rope2d-norm", 64, v, k) for k, v in enumerate((0.20, 0.21, 0.22))]
     recs += [transfer_record("liere", 64, 0.5), transfer_record("learned", 64, 0.4)]  # one seed each
-    recs += [transfer_record(k, 96, 0.3) for k in ("lookhere", "rope2d")]  # one seed: judged where both have seeds
+    recs += [transfer_record(k, 96, 0.3) for k in ("lookhere", "rope2d")]  # one seed each: never a verdict
     text = "\n".join(line for b in render.published_section(recs, 32) for line in ([b] if isinstance(b, str) else b))
     assert "- At 64 px (2x), `lookhere` above `rope2d`: agrees." in text
     assert "- At 96 px (3x), `lookhere` above `rope2d`: not separated (+0.0 points, one seed)." in text
