@@ -3,7 +3,8 @@
     python benchmarks/results.py                    # docs/results.json; then: python docs/render.py
 
 Each run is ``python train.py --pos P --stem S --seed K`` with nothing else. The six main runs get every seed,
-every other scheme the first seed, and the ``--top`` of those by validation top-1 every seed too, as do the
+every other scheme the first seed, and the ``--top`` of those by validation top-1 every seed too (chosen once and
+kept in the JSON, so a retrained seed 0 does not move the choice; ``--repick`` chooses again), as do the
 ``--claims`` schemes, which docs/resolution.md holds against published claims. Schemes with position parameters
 also train with the rule off (``--pos-lr-scale 1``) and at the ``--sweep`` scales and position weight decays;
 those without train identically at every scale, so once. A finished run is reused (its
@@ -17,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from common import MAIN_RUNS, ROOT, run_specs, study_budget, train_run, write_record  # noqa: E402
+from common import MAIN_RUNS, ROOT, earlier_record, run_specs, study_budget, train_run, write_record  # noqa: E402
 
 from vitpos import POS_SCHEMES, create_model
 from vitpos.config import Config
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/bench-shapes", help="folder of the training runs")
     p.add_argument("--json", default=str(ROOT / "docs" / "results.json"))
     p.add_argument("--retrain", action="store_true")
+    p.add_argument("--repick", action="store_true", help="choose the --top others again instead of the recorded ones")
     args = p.parse_args(argv)
     run_specs(p, args.runs + args.others + args.claims)
     cfg, out = Config(), ROOT / args.out
@@ -94,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
             train(spec, seed, scale)
     for spec in args.others:
         train(spec, args.seeds[0], scale)
-    top = sorted(args.others, key=lambda s: -runs[s, args.seeds[0], scale, decay]["best_val_top1"])[: args.top]
+    top = earlier_record(args.json).get("top_others", [])  # the choice made before, kept unless it no longer fits
+    if args.repick or len(top) != args.top or not set(top) <= set(args.others):
+        top = sorted(args.others, key=lambda s: -runs[s, args.seeds[0], scale, decay]["best_val_top1"])[: args.top]
     for spec in top + [s for s in args.claims if s not in top]:
         for seed in args.seeds:
             train(spec, seed, scale)

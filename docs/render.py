@@ -215,7 +215,7 @@ def render_results(d: dict, folder: Path) -> str:
         "The six main runs (`learned`, `sincos2d`, `rope2d`, `relbias` and `none` with the patch stem, `none` with "
         "the conv stem) are trained with every seed, every other scheme with seed 0, and the three best of those by "
         f"seed-0 validation top-1 ({', '.join(label(*t.split(':')) for t in d.get('top_others', []))}) "
-        "with every seed too"
+        "with every seed too (chosen once and kept in docs/results.json; `--repick` chooses again)"
         + (f"; {', '.join(more_seeds)} have further seeds for the comparisons of the pages below" if more_seeds else "")
         + ". Cells: mean test top-1 in % over seeds, [95 % t-interval], (seeds). Train time: wall "
         "time of `Trainer.fit` (training and per-epoch validation) with one thread per run, two runs at a time, "

@@ -362,3 +362,28 @@ def test_results_study_trains_main_top_and_claimed_schemes_with_every_seed(bench
     assert {p for p, _, scaled in trained if scaled} == {"rope2d-mixed", "liere", "cpb"}  # those with parameters
     record = json.loads((tmp_path / "results.json").read_text())
     assert record["top_others"] == ["rope2d-mixed:patch"] and len(record["runs"]) == len(trained)
+
+
+def test_results_study_keeps_its_recorded_top_others_unless_told_to_repick(bench, tmp_path, monkeypatch):
+    import results
+
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    val = {"rope2d-mixed": 0.99, "liere": 0.98, "none": 0.25}  # seed-0 validation top-1: rope2d-mixed leads now
+    trained = []
+
+    def train_run(run_dir, flags, retrain=False):
+        pos, seed = flags[flags.index("--pos") + 1], int(flags[flags.index("--seed") + 1])
+        trained.append((pos, seed))
+        return {"run": run_dir.name, "best_val_top1": val[pos], "test_top1": 0.9}
+
+    monkeypatch.setattr(results, "train_run", train_run)
+    out = tmp_path / "results.json"
+    out.write_text(json.dumps({"top_others": ["liere:patch"], "runs": []}))  # an earlier choice
+    argv = ["--runs", "none:patch", "--seeds", "0", "1", "--others", "rope2d-mixed:patch", "liere:patch", "--top", "1",
+            "--claims", "--ablation", "--sweep", "--retrain", "--json", str(out)]  # fmt: skip
+    assert results.main(argv) == 0
+    assert json.loads(out.read_text())["top_others"] == ["liere:patch"] and ("liere", 1) in trained
+    assert ("rope2d-mixed", 1) not in trained
+    trained.clear()
+    assert results.main([*argv, "--repick"]) == 0
+    assert json.loads(out.read_text())["top_others"] == ["rope2d-mixed:patch"] and ("rope2d-mixed", 1) in trained
