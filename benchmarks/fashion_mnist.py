@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -36,8 +35,6 @@ from common import (  # noqa: E402  (benchmarks/ is on sys.path as a script)
 from vitpos.config import Config
 
 CONFIG = "configs/fashion_mnist_study.yaml"
-# The best other schemes on `shapes` (seed-0 validation top-1), as benchmarks/results.py chose them.
-OTHERS = json.loads((ROOT / "docs" / "results.json").read_text())["top_others"]
 NEWEST = ["alibi2d:patch", "lookhere:patch", "rope2d-norm:patch", "liere:patch"]  # with the first seed
 RESOLUTIONS = ["20", "28", "40", "56"]
 TEMPERATURE_GRIDS = ["40", "56"]
@@ -52,7 +49,9 @@ def val_curve(run_dir: Path) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", nargs="+", default=MAIN_RUNS + OTHERS, metavar="POS:STEM")
+    # The best other schemes on `shapes` (seed-0 validation top-1), as benchmarks/results.py chose them.
+    others = earlier_record(ROOT / "docs" / "results.json").get("top_others", [])
+    p.add_argument("--runs", nargs="+", default=MAIN_RUNS + others, metavar="POS:STEM")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--single", nargs="*", default=NEWEST, metavar="POS:STEM", help="runs with the first seed only")
     p.add_argument("--resolutions", nargs="+", default=RESOLUTIONS)
