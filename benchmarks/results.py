@@ -28,8 +28,11 @@ CLAIMS = ["lookhere:patch", "rope2d-norm:patch"]  # the schemes of docs/anchors.
 TRIED = ((10, 0), (10, 1), (10, 2), (100, 0))  # (scale, seed) of the runs that chose the default scale
 SWEEP = [f"{pos}:patch:{scale}:{seed}" for pos in ("learned", "relbias") for scale, seed in TRIED]
 SCALE = Config().optim.pos_lr_scale
-SWEEP += ["rope2d+learned:patch:1:1"]  # a second rule-off seed of the composition the default scale makes worse
 SWEEP += ["rope2d+learned:patch:10:0"]  # the scale that suits `learned` alone, on that composition
+# The compositions with a learned table (the default scale makes them worse): seeds 1 and 2 at the default scale
+# and with the rule off.
+SWEEP += [f"{pos}:patch:{scale:g}:{seed}" for pos in ("rope2d+learned", "rope2d-mixed+learned")
+          for scale in (SCALE, 1) for seed in (1, 2)]  # fmt: skip
 # Position weight decay 0.3 at the default scale: learned and relbias over seeds, the composition whose learned table
 # the default scale makes worse, and peg, whose conv the decay pulls towards zero.
 DECAYED = [("learned", 0), ("learned", 1), ("learned", 2), ("relbias", 0), ("relbias", 1), ("relbias", 2),

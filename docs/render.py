@@ -216,7 +216,8 @@ def render_results(d: dict, folder: Path) -> str:
         "the conv stem) are trained with every seed, every other scheme with seed 0, and the three best of those by "
         f"seed-0 validation top-1 ({', '.join(label(*t.split(':')) for t in d.get('top_others', []))}) "
         "with every seed too (chosen once and kept in docs/results.json; `--repick` chooses again)"
-        + (f"; {', '.join(more_seeds)} have further seeds for the comparisons of the pages below" if more_seeds else "")
+        + (f"; {', '.join(more_seeds)} have further seeds for the comparisons below and in docs/resolution.md"
+           if more_seeds else "")
         + ". Cells: mean test top-1 in % over seeds, [95 % t-interval], (seeds). Train time: wall "
         "time of `Trainer.fit` (training and per-epoch validation) with one thread per run, two runs at a time, "
         "alongside other jobs: it varies with the machine's load, not only with the scheme.",
