@@ -8,7 +8,8 @@ For every run of docs/results.json at the default rule with a seed in ``--seeds`
 tests the last checkpoints at each ``--sizes`` with every transfer method on the whole test split; then
 ``python train.py --init-from RUN/checkpoints/last.ckpt --img-size R`` trains one more epoch (``FINETUNE``) at each
 size, and at the training size too: the control, the same epoch without a new grid. Finished runs are reused; a run
-whose checkpoint is gone keeps its records from the JSON this study wrote before.
+whose checkpoint is gone, or whose scheme ``--runs`` leaves out, keeps its records from the JSON this study wrote
+before.
 """
 
 from __future__ import annotations
@@ -18,7 +19,16 @@ import json
 import sys
 from pathlib import Path
 
-from common import ROOT, earlier_record, last_ckpt, study_here, train_run, transfer_study, write_record  # noqa: E402
+from common import (  # noqa: E402
+    ROOT,
+    earlier_record,
+    last_ckpt,
+    run_specs,
+    study_here,
+    train_run,
+    transfer_study,
+    write_record,
+)
 
 FINETUNE = ["--epochs", "1", "--lr", "0.00025", "--warmup-epochs", "0.1"]  # a quarter of the peak lr, one epoch
 
@@ -29,9 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", default=str(ROOT / "docs" / "results.json"), help="the runs (benchmarks/results.py)")
     p.add_argument("--sizes", type=int, nargs="+", default=[48, 64], help="sizes to test and fine-tune at (px)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--runs", nargs="+", metavar="POS:STEM", help="only these schemes (default: every one recorded)")
     p.add_argument("--out", default="runs/bench-shapes/finetune", help="folder of the fine-tuning runs")
     p.add_argument("--json", default=str(ROOT / "docs" / "finetune.json"))
     args = p.parse_args(argv)
+    picked = set(run_specs(p, args.runs or []))
     results = json.loads(Path(args.results).read_text())
     b, out = results["budget"], ROOT / args.out
     rule = b["default_pos_lr_scale"], b["default_pos_weight_decay"]
@@ -41,12 +53,15 @@ def main(argv: list[str] | None = None) -> int:
         if (r["pos_lr_scale"], r.get("pos_weight_decay", 0.0)) == rule and r["seed"] in args.seeds
     ]
     earlier = earlier_record(args.json)
+    left_out = {str(last_ckpt(r)) for r in runs if picked and (r["pos"], r["stem"]) not in picked}
+    runs = [r for r in runs if str(last_ckpt(r)) not in left_out]
 
     def direct(here: list[dict]) -> dict:
         return transfer_study(here, [str(s) for s in args.sizes], 0, out / "direct", [])
 
     study = study_here(runs, earlier, direct)
-    finetuned = {(f["run"], f["img_size"]): f for f in earlier.get("finetuned", [])}
+    study["records"] += [rec for rec in earlier.get("records", []) if rec["checkpoint"] in left_out]
+    finetuned = {(f["run"], f["img_size"]): f for f in earlier.get("finetuned", [])}  # left-out runs keep theirs
     for r in runs:
         if not last_ckpt(r).is_file():
             continue  # its fine-tuned records, if any, stay as recorded

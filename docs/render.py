@@ -315,14 +315,27 @@ def finetune_section(ft: dict, results: dict | None) -> list[Block]:
         if r["run"] in trained:
             base[r["pos"], r["stem"]].append(r["test_top1"])
     keys = list(dict.fromkeys((f["pos"], f["stem"]) for f in ft["finetuned"]))
-    rows, gains = [], []
+    rows, verdicts = [], []
+
+    def cell(values: list[float]) -> str:
+        return interval(values) if values else "–"
+
     for k in keys:
-        cells = [interval(base[k]) if base[k] else "–", interval(tuned[(*k, train)])]
+        cells = [cell(base[k]), cell(tuned[(*k, train)])]
+        by: dict[str, list[str]] = defaultdict(list)  # verdict ("{}": where the sizes go) -> the sizes it holds at
         for s in sizes:
-            cells += [interval(direct[(*k, s)]) if direct[(*k, s)] else "–", interval(tuned[(*k, s)])]
-            if separated(tuned[(*k, s)], direct[(*k, s)]):
+            cells += [cell(direct[(*k, s)]), cell(tuned[(*k, s)])]
+            seeds = min(len(tuned[(*k, s)]), len(direct[(*k, s)]))
+            if seeds == 0:
+                continue  # nothing to compare: the cells say "–"
+            if seeds == 1:
+                by["one seed at {} px, so not compared"].append(f"{s}")
+            elif separated(tuned[(*k, s)], direct[(*k, s)]):
                 better = mean_ci(tuned[(*k, s)])[0] > mean_ci(direct[(*k, s)])[0]
-                gains.append(f"- {label(*k)} at {s} px: fine-tuned {'above' if better else 'below'} tested directly.")
+                by[f"fine-tuned {'above' if better else 'below'} tested directly at {{}} px"].append(f"{s}")
+            else:
+                by["fine-tuned and tested directly not separated at {} px"].append(f"{s}")
+        verdicts += [f"- {label(*k)}: {v.format(' and '.join(at))}." for v, at in by.items()]
         rows.append([label(*k), *cells])
     heads = ["scheme", f"{train} px", f"{train} px +1 epoch"]
     heads += [h for s in sizes for h in (f"{s} px directly", f"{s} px fine-tuned")]
@@ -334,7 +347,7 @@ def finetune_section(ft: dict, results: dict | None) -> list[Block]:
         f"default method); `{train} px +1 epoch`: the same epoch at the training size, the control for the extra "
         "training. Test top-1, mean [95 % interval] (seeds).",
         table(heads, rows),
-        gains or ["- Fine-tuned and tested directly are not separated for any scheme at these sizes."],
+        verdicts,
     ]
 
 

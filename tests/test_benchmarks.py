@@ -290,20 +290,28 @@ def test_fashion_mnist_study_reuses_recorded_runs_whose_folders_are_gone(bench, 
     assert runs[0] == recorded and runs[1]["val_curve"] == [0.4]
 
 
-def test_finetune_study_tests_directly_and_fine_tunes_each_run_and_renders(bench, tmp_path, monkeypatch):
+def finetune_here(bench, tmp_path: Path, monkeypatch, runs: list[dict]):
+    """benchmarks/finetune.py with its root at ``tmp_path``, where ``runs`` (at the default rule) have checkpoints
+    and a results.json records them (with one more run at another rule, which the study must skip)."""
     import finetune
-    import render
 
     monkeypatch.setattr(finetune, "ROOT", tmp_path)
     monkeypatch.setattr(bench, "ROOT", tmp_path)
-    for name in ("rope2d-patch-seed0", "rope2d-patch-seed1"):
-        (tmp_path / "runs" / name / "checkpoints").mkdir(parents=True)
-        (tmp_path / "runs" / name / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    for r in runs:
+        (tmp_path / r["run"] / "checkpoints").mkdir(parents=True)
+        (tmp_path / r["run"] / "checkpoints" / "last.ckpt").write_bytes(b"weights")
     budget = {"default_pos_lr_scale": 30.0, "default_pos_weight_decay": 0.0, "img_size": 32}
+    other = runs[0] | {"run": "runs/rope2d-patch-lr1-seed0", "pos_lr_scale": 1.0}  # not the default rule
+    (tmp_path / "results.json").write_text(json.dumps({"budget": budget, "runs": [*runs, other]}))
+    return finetune
+
+
+def test_finetune_study_tests_directly_and_fine_tunes_each_run_and_renders(bench, tmp_path, monkeypatch):
+    import render
+
     runs = [{"run": f"runs/rope2d-patch-seed{k}", "pos": "rope2d", "stem": "patch", "seed": k, "pos_lr_scale": 30.0,
              "pos_weight_decay": 0.0, "test_top1": 0.99} for k in (0, 1)]  # fmt: skip
-    runs.append(runs[0] | {"run": "runs/rope2d-patch-lr1-seed0", "pos_lr_scale": 1.0})  # not the default rule
-    (tmp_path / "results.json").write_text(json.dumps({"budget": budget, "runs": runs}))
+    finetune = finetune_here(bench, tmp_path, monkeypatch, runs)
     trained = []
 
     def train_run(run_dir, flags):
@@ -333,7 +341,40 @@ def test_finetune_study_tests_directly_and_fine_tunes_each_run_and_renders(bench
         "| `rope2d` | 99.0 [99.0, 99.0] (2) | 99.0 [99.0, 99.0] (2) | 50.5 [44.1, 56.9] (2) | 90.0 [90.0, 90.0] (2) |"
         in text
     )
-    assert "- `rope2d` at 48 px: fine-tuned above tested directly." in text
+    assert "- `rope2d`: fine-tuned above tested directly at 48 and 64 px." in text
+
+
+def test_finetune_study_with_runs_keeps_the_records_of_the_schemes_it_leaves_out(bench, tmp_path, monkeypatch):
+    import render
+
+    runs = [{"run": f"runs/{pos}-patch{lr}-seed0", "pos": pos, "stem": "patch", "seed": 0, "pos_lr_scale": 30.0,
+             "pos_weight_decay": 0.0, "test_top1": 0.9}
+            for pos, lr in (("rope2d", ""), ("learned", "-lr30"))]  # fmt: skip
+    finetune = finetune_here(bench, tmp_path, monkeypatch, runs)
+    learned_ckpt = str(tmp_path / "runs/learned-patch-lr30-seed0/checkpoints/last.ckpt")
+    kept = {"run": "runs/learned-patch-lr30-seed0", "pos": "learned", "stem": "patch", "seed": 0, "img_size": 64,
+            "test_top1": 0.7}  # fmt: skip
+    earlier = {"records": [transfer_record("learned", 64, 0.3, 0, learned_ckpt)], "finetuned": [kept]}
+    (tmp_path / "finetune.json").write_text(json.dumps(earlier))
+    trained, swept = [], []
+    monkeypatch.setattr(finetune, "train_run", lambda run_dir, flags: trained.append(run_dir.name) or {"test_top1": 1})
+
+    def transfer_study(runs, resolutions, limit, sweep_dir, temperature_grids):
+        swept.extend(r["pos"] for r in runs)
+        return {"records": [transfer_record("rope2d", 64, 0.4, 0, str(finetune.last_ckpt(runs[0])))],
+                "yarn_temperature": []}  # fmt: skip
+
+    monkeypatch.setattr(finetune, "transfer_study", transfer_study)
+    argv = ["--results", str(tmp_path / "results.json"), "--json", str(tmp_path / "finetune.json")]
+    assert finetune.main([*argv, "--runs", "rope2d:patch"]) == 0
+    assert swept == ["rope2d"] and trained == [f"rope2d-patch-seed0-ft{s}" for s in (32, 48, 64)]
+    d = json.loads((tmp_path / "finetune.json").read_text())
+    assert sorted(r["scheme"] for r in d["records"]) == ["learned", "rope2d"]  # the left-out run's sweep is kept
+    assert kept in d["finetuned"] and len(d["finetuned"]) == 4
+    text = "\n".join(b if isinstance(b, str) else "\n".join(b) for b in render.finetune_section(d, read_json(tmp_path)))
+    assert "- `learned`: one seed at 64 px, so not compared." in text  # and nothing said of 48 px, where it has none
+    with pytest.raises(SystemExit):
+        finetune.main([*argv, "--runs", "rope9:patch"])
 
 
 def read_json(folder: Path) -> dict:
