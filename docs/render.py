@@ -66,7 +66,9 @@ def pct(v: float) -> str:
 
 
 def interval(values: list[float]) -> str:
-    """'mean [low, high] (n)' in percent, the interval clipped to [0, 100]; one value: 'value (1)'."""
+    """'mean [low, high] (n)' in percent, the interval clipped to [0, 100]; one value: 'value (1)'; none: '–'."""
+    if not values:
+        return "–"
     mean, lo, hi = mean_ci(values)
     lo, hi = max(lo, 0.0), min(hi, 1.0)
     return f"{pct(mean)} ({len(values)})" if len(values) < 2 else f"{pct(mean)} [{pct(lo)}, {pct(hi)}] ({len(values)})"
@@ -168,7 +170,7 @@ def render_results(d: dict, folder: Path) -> str:
         return [r["test_top1"] for r in sorted(runs, key=lambda r: r["seed"])]
 
     def decay_row(k: tuple[str, str]) -> list[str]:
-        cells = [interval(top1(k, default, w)) if top1(k, default, w) else "–" for w in decays]
+        cells = [interval(top1(k, default, w)) for w in decays]
         verdicts = [("separated" if separated(top1(k), top1(k, default, w)) else "not separated")
                     if len(top1(k)) > 1 and len(top1(k, default, w)) > 1 else "–" for w in decays]  # fmt: skip
         return [label(*k), interval(top1(k)), *cells, *verdicts]
@@ -260,7 +262,7 @@ def transfer_section(recs: list[dict], train: int, png: Path, chance: float) -> 
     grids = sorted({(r["height"], r["width"]) for r in recs}, key=lambda hw: (hw[0] * hw[1], hw))
     rows = list(dict.fromkeys((r["scheme"], r["stem"], r["method"], r["default_method"]) for r in recs))
     body = [[label(s, st), m + (" (default)" if default else "")]
-            + [interval(cells[s, st, m, g]) if cells.get((s, st, m, g)) else "–" for g in grids]
+            + [interval(cells.get((s, st, m, g), [])) for g in grids]
             for s, st, m, default in rows]  # fmt: skip
     wins = []
     for scheme, stem in dict.fromkeys((s, st) for s, st, _, _ in rows):
@@ -317,14 +319,11 @@ def finetune_section(ft: dict, results: dict | None) -> list[Block]:
     keys = list(dict.fromkeys((f["pos"], f["stem"]) for f in ft["finetuned"]))
     rows, verdicts = [], []
 
-    def cell(values: list[float]) -> str:
-        return interval(values) if values else "–"
-
     for k in keys:
-        cells = [cell(base[k]), cell(tuned[(*k, train)])]
+        cells = [interval(base[k]), interval(tuned[(*k, train)])]
         by: dict[str, list[str]] = defaultdict(list)  # verdict ("{}": where the sizes go) -> the sizes it holds at
         for s in sizes:
-            cells += [cell(direct[(*k, s)]), cell(tuned[(*k, s)])]
+            cells += [interval(direct[(*k, s)]), interval(tuned[(*k, s)])]
             seeds = min(len(tuned[(*k, s)]), len(direct[(*k, s)]))
             if seeds == 0:
                 continue  # nothing to compare: the cells say "–"
@@ -383,7 +382,7 @@ def published_section(recs: list[dict], train: int) -> list[Block]:
 
     def here(schemes: list[str]) -> list[str]:
         return table(["scheme", *(f"{s} px ({s / train:g}x)" for s in sides)],
-                     [[f"`{k}`", *(interval(cells[k, s]) if cells.get((k, s)) else "–" for s in sides)]
+                     [[f"`{k}`", *(interval(cells.get((k, s), [])) for s in sides)]
                       for k in schemes])  # fmt: skip
 
     lh, lie, dino = a["lookhere"], a["liere_synthetic"], a["dinov3_rope"]

@@ -56,6 +56,7 @@ def test_mean_ci_is_the_t_interval_and_separation_needs_disjoint_intervals(bench
     assert render.separated([0.90, 0.91, 0.92], [0.80, 0.81, 0.82])
     assert not render.separated([0.90, 0.91, 0.92], [0.88, 0.90, 0.95])  # overlapping intervals
     assert not render.separated([0.99], [0.10, 0.11])  # one seed: never "beats"
+    assert render.interval([0.5]) == "50.0 (1)" and render.interval([]) == "–"  # a cell with no runs
 
 
 @pytest.mark.parametrize("page", ["results", "resolution", "fashion_mnist", "performance", "export", "data"])
