@@ -2,13 +2,14 @@
 
     python benchmarks/results.py                    # docs/results.json; then: python docs/render.py
 
-Each run is ``python train.py --pos P --stem S --seed K`` with nothing else. The six main runs get every seed,
-every other scheme the first seed, and the ``--top`` of those by validation top-1 every seed too (chosen once and
-kept in the JSON, so a retrained seed 0 does not move the choice; ``--repick`` chooses again), as do the
-``--claims`` schemes, which docs/resolution.md holds against published claims. Schemes with position parameters
-also train with the rule off (``--pos-lr-scale 1``) and at the ``--sweep`` scales and position weight decays;
-those without train identically at every scale, so once. A finished run is reused (its
-folder's results.json, or else its record in the JSON this study wrote before): an interrupted study continues.
+Each run is ``python train.py --pos P --stem S --seed K`` with nothing else. The six main runs get every seed, every
+other scheme the first seed, and the ``--top`` of those by validation top-1 every seed too (chosen once and kept in
+the JSON, so a retrained seed 0 does not move the choice; ``--repick`` chooses again); so do the ``--more-seeds``
+schemes, by default every one of ``--others``: docs/resolution.md's fine-tuning table and its published claims
+compare means over seeds. The ``--top`` schemes are the ones the pages set beside the main runs. Schemes with
+position parameters also train with the rule off (``--pos-lr-scale 1``) and at the ``--sweep`` scales and position
+weight decays; those without train identically at every scale, so once. A finished run is reused (its folder's
+results.json, or else its record in the JSON this study wrote before): an interrupted study continues.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from vitpos import POS_SCHEMES, create_model
 from vitpos.config import Config
 
 OTHERS = [f"{p}:patch" for p in POS_SCHEMES if f"{p}:patch" not in MAIN_RUNS]
-CLAIMS = ["lookhere:patch", "rope2d-norm:patch"]  # the schemes of docs/anchors.yaml's resolution claims: every seed
 TRIED = ((10, 0), (10, 1), (10, 2), (100, 0))  # (scale, seed) of the runs that chose the default scale
 SWEEP = [f"{pos}:patch:{scale}:{seed}" for pos in ("learned", "relbias") for scale, seed in TRIED]
 SCALE = Config().optim.pos_lr_scale
@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--others", nargs="*", default=OTHERS, metavar="POS:STEM", help="runs with seed 0 first")
     p.add_argument("--top", type=int, default=3, help="others (by seed-0 validation top-1) trained with --seeds too")
-    p.add_argument("--claims", nargs="*", default=CLAIMS, metavar="POS:STEM",
-                   help="others trained with --seeds too: the schemes a published resolution claim names")  # fmt: skip
+    p.add_argument("--more-seeds", nargs="*", metavar="POS:STEM",
+                   help="others trained with --seeds too (default: every one of --others)")  # fmt: skip
     p.add_argument("--ablation", nargs="*", metavar="POS:STEM",
                    help="rule-off runs, seed 0 (default: every scheme with position parameters)")  # fmt: skip
     p.add_argument("--sweep", nargs="*", default=SWEEP, metavar="POS:STEM:SCALE:SEED[:DECAY]",
@@ -68,10 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--retrain", action="store_true")
     p.add_argument("--repick", action="store_true", help="choose the --top others again instead of the recorded ones")
     args = p.parse_args(argv)
-    run_specs(p, args.runs + args.others + args.claims)
+    args.more_seeds = args.others if args.more_seeds is None else args.more_seeds
+    run_specs(p, args.runs + args.others + args.more_seeds)
     cfg, out = Config(), ROOT / args.out
     scale, decay = cfg.optim.pos_lr_scale, cfg.optim.pos_weight_decay
-    with_params = [s for s in dict.fromkeys(args.runs + args.others + args.claims) if has_pos_params(s.split(":")[0])]
+    with_params = [
+        s for s in dict.fromkeys(args.runs + args.others + args.more_seeds) if has_pos_params(s.split(":")[0])
+    ]
     recorded = {} if args.retrain else {r["run"]: r for r in recorded_runs(Path(args.json))}
     runs: dict[tuple[str, int, float, float], dict] = {}  # in the order trained: the pages list them so
 
@@ -102,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     top = earlier_record(args.json).get("top_others", [])  # the choice made before, kept unless it no longer fits
     if args.repick or len(top) != args.top or not set(top) <= set(args.others):
         top = sorted(args.others, key=lambda s: -runs[s, args.seeds[0], scale, decay]["best_val_top1"])[: args.top]
-    for spec in top + [s for s in args.claims if s not in top]:
+    for spec in top + [s for s in args.more_seeds if s not in top]:
         for seed in args.seeds:
             train(spec, seed, scale)
     for spec in with_params if args.ablation is None else [s for s in args.ablation if s in with_params]:

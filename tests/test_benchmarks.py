@@ -206,6 +206,22 @@ def test_results_page_holds_each_decay_against_the_default_rule(bench):
     assert "| `peg` | 60.0 (1) | 30.0 (1) | – |" in decay_rows  # one seed: no verdict
 
 
+def test_results_page_says_which_other_schemes_have_every_seed(bench):
+    import render
+
+    def run(pos: str, seed: int) -> dict:
+        return {"spec": f"{pos}:patch", "pos": pos, "stem": "patch", "seed": seed, "pos_lr_scale": 30.0,
+                "pos_params": True, "best_val_top1": 0.9, "test_top1": 0.9, "train_seconds": 1.0}  # fmt: skip
+
+    record = json.loads((ROOT / "docs" / "results.json").read_text())
+    record |= {"main_runs": ["learned:patch"], "top_others": ["cpb:patch"]}
+    record["runs"] = [run(pos, k) for pos in ("learned", "cpb", "peg") for k in range(3)]
+    assert "; so is every other scheme," in render.render_results(record, ROOT / "docs")
+    record["runs"] += [run("liere", 0)]  # one other with seed 0 only: the page names those with more
+    page = render.render_results(record, ROOT / "docs")
+    assert "; so is every other scheme," not in page and "; `peg` have further seeds" in page
+
+
 def transfer_record(scheme: str, side: int, top1: float, seed: int = 0, ckpt: str | None = None) -> dict:
     return {"checkpoint": ckpt or f"/runs/{scheme}-seed{seed}/checkpoints/last.ckpt", "scheme": scheme,
             "stem": "patch", "method": "m", "default_method": True, "height": side, "width": side, "top1": top1,
@@ -382,7 +398,7 @@ def read_json(folder: Path) -> dict:
     return json.loads((folder / "results.json").read_text())
 
 
-def test_results_study_trains_main_top_and_claimed_schemes_with_every_seed(bench, tmp_path, monkeypatch):
+def test_results_study_trains_main_top_and_more_seeds_schemes_with_every_seed(bench, tmp_path, monkeypatch):
     import results
 
     monkeypatch.setattr(results, "ROOT", tmp_path)
@@ -396,7 +412,7 @@ def test_results_study_trains_main_top_and_claimed_schemes_with_every_seed(bench
 
     monkeypatch.setattr(results, "train_run", train_run)
     others = ["rope2d-mixed:patch", "liere:patch", "cpb:patch", "lookhere:patch"]
-    argv = ["--runs", "rope2d:patch", "--seeds", "0", "1", "--others", *others, "--top", "1", "--claims",
+    argv = ["--runs", "rope2d:patch", "--seeds", "0", "1", "--others", *others, "--top", "1", "--more-seeds",
             "lookhere:patch", "--ablation", "--sweep", "--json", str(tmp_path / "results.json")]  # fmt: skip
     assert results.main(argv) == 0
     seeds = {pos: sorted(s for p, s, _ in trained if p == pos) for pos, _, _ in trained}
@@ -404,6 +420,11 @@ def test_results_study_trains_main_top_and_claimed_schemes_with_every_seed(bench
     assert {p for p, _, scaled in trained if scaled} == {"rope2d-mixed", "liere", "cpb"}  # those with parameters
     record = json.loads((tmp_path / "results.json").read_text())
     assert record["top_others"] == ["rope2d-mixed:patch"] and len(record["runs"]) == len(trained)
+    trained.clear()  # without --more-seeds: every one of --others gets every seed
+    cut = argv.index("--more-seeds")
+    assert results.main([*argv[:cut], *argv[cut + 2 :], "--retrain", "--repick"]) == 0
+    assert {pos: sorted(s for p, s, _ in trained if p == pos) for pos, _, _ in trained} == {
+        pos: [0, 1] for pos in ("rope2d", "rope2d-mixed", "liere", "cpb", "lookhere")}  # fmt: skip
 
 
 def test_results_study_keeps_its_recorded_top_others_unless_told_to_repick(bench, tmp_path, monkeypatch):
@@ -422,7 +443,7 @@ def test_results_study_keeps_its_recorded_top_others_unless_told_to_repick(bench
     out = tmp_path / "results.json"
     out.write_text(json.dumps({"top_others": ["liere:patch"], "runs": []}))  # an earlier choice
     argv = ["--runs", "none:patch", "--seeds", "0", "1", "--others", "rope2d-mixed:patch", "liere:patch", "--top", "1",
-            "--claims", "--ablation", "--sweep", "--retrain", "--json", str(out)]  # fmt: skip
+            "--more-seeds", "--ablation", "--sweep", "--retrain", "--json", str(out)]  # fmt: skip
     assert results.main(argv) == 0
     assert json.loads(out.read_text())["top_others"] == ["liere:patch"] and ("liere", 1) in trained
     assert ("rope2d-mixed", 1) not in trained
