@@ -205,7 +205,8 @@ def render_results(d: dict, folder: Path) -> str:
     ref = anchors()["small_data_cifar"]
     main = {tuple(t.split(":")) for t in [*d.get("main_runs", []), *d.get("top_others", [])]}
     more_seeds = [label(*k) for k in trained if k not in main and len(top1(k)) > 1]
-    every_seed = len(more_seeds) == len([k for k in trained if k not in main]) > 0
+    others = [k for k in trained if k not in main]
+    every_seed = bool(others) and len(more_seeds) == len(others)
     return page(
         "# Every scheme on the embedded `shapes` set, default budget",
         made(d),
