@@ -7,7 +7,7 @@ Each run is ``python train.py --config configs/fashion_mnist_study.yaml --pos P 
 every seed, ``--single`` with the first), its validation curve kept. One ``python -m vitpos.evaluate`` then sweeps
 every last checkpoint from 20 to 56 px with every transfer method, and the ``rope2d`` runs measure YaRN's two
 temperatures. Finished runs and sweeps are reused; a run whose folder is gone keeps its record (and sweep) from the
-JSON this study wrote before.
+JSON this study wrote before, if that JSON was made at the same budget.
 """
 
 from __future__ import annotations
@@ -46,6 +46,13 @@ def val_curve(run_dir: Path) -> list[float]:
         return [float(row["val/top1"]) for row in csv.DictReader(fh) if row.get("val/top1")]
 
 
+def study_of(eval_limit: int) -> dict:
+    """The budget this study's page states: the config's training budget and how many test images are swept."""
+    cfg = Config.from_yaml(ROOT / CONFIG)
+    return study_budget(cfg, config=CONFIG, train_limit=cfg.data.train_limit, holdout_size=cfg.data.holdout_size,
+                        pos_lr_scale=cfg.optim.pos_lr_scale, eval_limit=eval_limit)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -66,7 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     threads = str(max(1, len(os.sched_getaffinity(0)) // args.jobs))
     os.environ["OMP_NUM_THREADS"] = threads  # inherited by each training (common.run passes os.environ on)
 
+    budget = study_of(args.eval_limit)
     earlier = earlier_record(args.json)
+    if earlier and earlier.get("budget") != budget:  # a record of another budget describes other runs
+        print(f"not reusing {args.json}: it was made at another budget", flush=True)
+        earlier = {}
     recorded = {r["run"]: r for r in earlier.get("runs", [])}
 
     def train(job: tuple[str, int]) -> dict:
@@ -88,9 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     sweep = partial(transfer_study, resolutions=args.resolutions, limit=args.eval_limit, sweep_dir=out / "resolution",
                     temperature_grids=TEMPERATURE_GRIDS, extra=("--resize", "full"))  # fmt: skip
     study = study_here(runs, earlier, sweep)
-    cfg = Config.from_yaml(ROOT / CONFIG)
-    budget = study_budget(cfg, config=CONFIG, train_limit=cfg.data.train_limit, holdout_size=cfg.data.holdout_size,
-                          pos_lr_scale=cfg.optim.pos_lr_scale, eval_limit=args.eval_limit)  # fmt: skip
     write_record(args.json, "fashion_mnist.py", argv, budget=budget, runs=runs, **study)
     return 0
 

@@ -9,7 +9,8 @@ schemes, by default every one of ``--others``: docs/resolution.md's fine-tuning 
 compare means over seeds. The ``--top`` schemes are the ones the pages set beside the main runs. Schemes with
 position parameters also train with the rule off (``--pos-lr-scale 1``) and at the ``--sweep`` scales and position
 weight decays; those without train identically at every scale, so once. A finished run is reused (its folder's
-results.json, or else its record in the JSON this study wrote before): an interrupted study continues.
+results.json, or else its record in the JSON this study wrote before at the same budget): an interrupted study
+continues.
 """
 
 from __future__ import annotations
@@ -45,10 +46,15 @@ def has_pos_params(pos: str) -> bool:
     return any(True for _ in create_model(pos, embed_dim=16, depth=1, num_heads=4).pos.parameters())
 
 
-def recorded_runs(path: Path) -> list[dict]:
-    """The runs of an earlier record of this study (older records name no position weight decay: it was 0)."""
-    runs = json.loads(path.read_text())["runs"] if path.is_file() else []
-    return [{"pos_weight_decay": 0.0} | r for r in runs]
+def recorded_runs(path: Path, budget: dict) -> list[dict]:
+    """The runs of an earlier record of this study made at ``budget`` (the default rule aside: each run names its
+    own), else none; older records name no position weight decay: it was 0."""
+    earlier = json.loads(path.read_text()) if path.is_file() else {}
+    training = {k: v for k, v in budget.items() if not k.startswith("default_")}
+    if earlier and {k: v for k, v in earlier.get("budget", {}).items() if not k.startswith("default_")} != training:
+        print(f"not reusing {path}: it was made at another budget", flush=True)
+        return []
+    return [{"pos_weight_decay": 0.0} | r for r in earlier.get("runs", [])]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     with_params = [
         s for s in dict.fromkeys(args.runs + args.others + args.more_seeds) if has_pos_params(s.split(":")[0])
     ]
-    recorded = {} if args.retrain else {r["run"]: r for r in recorded_runs(Path(args.json))}
+    d = cfg.data
+    budget = study_budget(cfg, train_size=d.train_size, val_size=d.val_size, test_size=d.test_size,
+                          default_pos_lr_scale=scale, default_pos_weight_decay=decay)  # fmt: skip
+    recorded = {} if args.retrain else {r["run"]: r for r in recorded_runs(Path(args.json), budget)}
     runs: dict[tuple[str, int, float, float], dict] = {}  # in the order trained: the pages list them so
 
     def train(spec: str, seed: int, lr_scale: float, wd: float = decay) -> None:
@@ -114,9 +123,6 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.sweep:
         pos, stem, sweep_scale, seed, *wd = item.split(":")
         train(f"{pos}:{stem}", int(seed), float(sweep_scale), float(wd[0]) if wd else decay)
-    d = cfg.data
-    budget = study_budget(cfg, train_size=d.train_size, val_size=d.val_size, test_size=d.test_size,
-                          default_pos_lr_scale=scale, default_pos_weight_decay=decay)  # fmt: skip
     write_record(args.json, "results.py", argv, budget=budget, main_runs=args.runs, top_others=top,
                  runs=list(runs.values()))  # fmt: skip
     return 0

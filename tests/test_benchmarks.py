@@ -280,7 +280,10 @@ def test_resolution_study_keeps_the_records_of_runs_whose_checkpoints_are_gone(b
     assert [t["checkpoint"] for t in out["yarn_temperature"]] == [str(gone)]
 
 
-def test_fashion_mnist_study_reuses_recorded_runs_whose_folders_are_gone(bench, tmp_path, monkeypatch):
+@pytest.mark.parametrize("same_budget", [True, False])
+def test_fashion_mnist_study_reuses_recorded_runs_whose_folders_are_gone_at_the_same_budget(
+    bench, tmp_path, monkeypatch, same_budget
+):
     import fashion_mnist as fm
 
     monkeypatch.setattr(fm, "ROOT", tmp_path)
@@ -288,7 +291,9 @@ def test_fashion_mnist_study_reuses_recorded_runs_whose_folders_are_gone(bench, 
     monkeypatch.setattr(fm, "CONFIG", str(ROOT / fm.CONFIG))
     recorded = {"pos": "rope2d", "stem": "patch", "seed": 0, "run": "fm/rope2d-patch-seed0", "test_top1": 0.8,
                 "val_curve": [0.5, 0.8]}  # fmt: skip
-    (tmp_path / "fm.json").write_text(json.dumps({"runs": [recorded], "records": [], "yarn_temperature": []}))
+    budget = fm.study_of(300) | ({} if same_budget else {"epochs": fm.study_of(300)["epochs"] // 2})
+    earlier = {"budget": budget, "runs": [recorded], "records": [], "yarn_temperature": []}
+    (tmp_path / "fm.json").write_text(json.dumps(earlier))
     trained = []
 
     def train_run(run_dir, flags):
@@ -302,9 +307,13 @@ def test_fashion_mnist_study_reuses_recorded_runs_whose_folders_are_gone(bench, 
     out = ["--out", "fm", "--json", str(tmp_path / "fm.json")]
     argv = ["--runs", "rope2d:patch", "learned:patch", "--seeds", "0", "--single", *out]
     assert fm.main(argv) == 0
-    assert trained == ["learned-patch-seed0"]  # the recorded rope2d run is not trained again
     runs = json.loads((tmp_path / "fm.json").read_text())["runs"]
-    assert runs[0] == recorded and runs[1]["val_curve"] == [0.4]
+    if same_budget:
+        assert trained == ["learned-patch-seed0"]  # the recorded rope2d run is not trained again
+        assert runs[0] == recorded and runs[1]["val_curve"] == [0.4]
+    else:  # a record made at another budget is not this study's: both runs are trained
+        assert trained == ["rope2d-patch-seed0", "learned-patch-seed0"]
+        assert [r["val_curve"] for r in runs] == [[0.4], [0.4]]
 
 
 def finetune_here(bench, tmp_path: Path, monkeypatch, runs: list[dict]):
@@ -450,3 +459,27 @@ def test_results_study_keeps_its_recorded_top_others_unless_told_to_repick(bench
     trained.clear()
     assert results.main([*argv, "--repick"]) == 0
     assert json.loads(out.read_text())["top_others"] == ["rope2d-mixed:patch"] and ("rope2d-mixed", 1) in trained
+
+
+@pytest.mark.parametrize("change", [{}, {"default_pos_lr_scale": 10.0}, {"epochs": 5}])
+def test_results_study_reuses_recorded_runs_only_at_the_same_training_budget(bench, tmp_path, monkeypatch, change):
+    import results
+
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    trained = []
+
+    def train_run(run_dir, flags, retrain=False):
+        trained.append(run_dir.name)
+        return {"run": f"runs/bench-shapes/{run_dir.name}", "best_val_top1": 0.9, "test_top1": 0.9}
+
+    monkeypatch.setattr(results, "train_run", train_run)
+    out = tmp_path / "results.json"
+    argv = ["--runs", "rope2d:patch", "--seeds", "0", "--others", "--top", "0", "--more-seeds", "--ablation",
+            "--sweep", "--json", str(out)]  # fmt: skip
+    assert results.main(argv) == 0 and trained == ["rope2d-patch-seed0"]
+    earlier = json.loads(out.read_text())
+    out.write_text(json.dumps(earlier | {"budget": earlier["budget"] | change}))
+    trained.clear()  # the run's folder is gone (train_run made none): only its record is left
+    assert results.main(argv) == 0
+    # the default rule is not part of a run's budget (each run names its own scale); the epochs are
+    assert trained == (["rope2d-patch-seed0"] if "epochs" in change else [])
