@@ -222,7 +222,8 @@ def render_results(d: dict, folder: Path) -> str:
         "with every seed too (chosen once and kept in docs/results.json, `--repick` chooses again; "
         "docs/fashion_mnist.md trains them too)"
         + ("; so is every other scheme, for the comparisons below and in docs/resolution.md" if every_seed
-           else f"; {', '.join(more_seeds)} have further seeds for the comparisons below and in docs/resolution.md"
+           else f"; {', '.join(more_seeds)} {'has' if len(more_seeds) == 1 else 'have'} further seeds for the "
+           "comparisons below and in docs/resolution.md"
            if more_seeds else "")
         + ". Cells: mean test top-1 in % over seeds, [95 % t-interval], (seeds). Train time: wall "
         "time of `Trainer.fit` (training and per-epoch validation) with one thread per run, two runs at a time, "

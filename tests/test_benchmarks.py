@@ -219,7 +219,9 @@ def test_results_page_says_which_other_schemes_have_every_seed(bench):
     assert "; so is every other scheme," in render.render_results(record, ROOT / "docs")
     record["runs"] += [run("liere", 0)]  # one other with seed 0 only: the page names those with more
     page = render.render_results(record, ROOT / "docs")
-    assert "; so is every other scheme," not in page and "; `peg` have further seeds" in page
+    assert "; so is every other scheme," not in page and "; `peg` has further seeds" in page
+    record["runs"] += [run("alibi2d", k) for k in range(3)]
+    assert "; `peg`, `alibi2d` have further seeds" in render.render_results(record, ROOT / "docs")
 
 
 def transfer_record(scheme: str, side: int, top1: float, seed: int = 0, ckpt: str | None = None) -> dict:
