@@ -239,7 +239,7 @@ def render_results(d: dict, folder: Path) -> str:
         table(["scheme", "scale 1", f"scale {default:g}", f"scale 1 against scale {default:g}"], ablation),
         f"One seed each: the widest seed-to-seed range of a scheme with three seeds is {pct(seed_range)} points."
         if singles else None,
-        *(["Every scale measured (test top-1 of each seed, seeds 0 / 1 / 2 where run):",
+        *(["Every scale measured (test top-1 of each seed, in seed order, where run):",
            table(["scheme", *(f"x {sc:g}" for sc in scales)],
                  [[label(*k)] + [" / ".join(map(pct, top1(k, sc, 0.0))) or "–" for sc in scales] for k in swept])]
           if swept else []),
