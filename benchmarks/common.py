@@ -7,6 +7,7 @@ Nothing in vitpos/ imports this folder.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -78,6 +79,7 @@ def train_run(run_dir: Path, flags: list[str], retrain: bool = False) -> dict:
         print(f"reusing the finished run in {run_dir}", flush=True)
     res = json.loads((run_dir / "results.json").read_text())
     return {"best_val_top1": res["best_val_top1"], "test_top1": res["test"]["test/top1"],
+            "train_top1": res.get("last_train", {}).get("train/top1"),
             "train_seconds": res["train_seconds"], "steps": res["global_step"],
             "run": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir)}  # fmt: skip
 
@@ -114,6 +116,23 @@ def finished_sweep(cmd: list[str], ckpts: list[str], sweep_dir: Path) -> bool:
         and json.loads(manifest.read_text()) == cmd
         and all(Path(c).stat().st_mtime < done.stat().st_mtime for c in ckpts)
     )
+
+
+@functools.cache
+def has_pos_params(spec: str) -> bool:
+    """Whether a scheme (POS or POS:STEM) has parameters of its own: only then does the position rule change its
+    training."""
+    from vitpos import create_model
+
+    model = create_model(spec.partition(":")[0], embed_dim=16, depth=1, num_heads=4)
+    return any(True for _ in model.pos.parameters())
+
+
+def at_default_rule(run: dict, budget: dict) -> bool:
+    """Whether a run of docs/results.json trained with the default position rule its budget names."""
+    from vitpos.optim import pos_rule_of
+
+    return pos_rule_of(run) == pos_rule_of(budget, "default_")
 
 
 def last_ckpt(run: dict) -> Path:

@@ -5,7 +5,7 @@
     python docs/render.py                # docs/diagnostics.md
 
 ``vitpos.diagnose.diagnose`` on ``last.ckpt`` of every seed-0 run of docs/results.json at the default position
-rule (lr scale and weight decay): patch-shuffle top-1, attention distance per block, pictures.
+rule (its lr scale, decay and ramp): patch-shuffle top-1, attention distance per block, pictures.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from common import ROOT, write_record  # noqa: E402  (benchmarks/ is on sys.path as a script)
+from common import ROOT, at_default_rule, write_record  # noqa: E402  (benchmarks/ is on sys.path as a script)
 
 from vitpos.diagnose import diagnose
 
@@ -28,11 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-images", type=int, default=256)
     a = p.parse_args(argv)
     results = json.loads(Path(a.results).read_text())
-    b = results["budget"]
-    default = 0, b["default_pos_lr_scale"], b.get("default_pos_weight_decay", 0.0)
     records = []
     for r in results["runs"]:
-        if (r["seed"], r["pos_lr_scale"], r.get("pos_weight_decay", 0.0)) == default:
+        if r["seed"] == 0 and at_default_rule(r, results["budget"]):
             run = ROOT / r["run"]
             s = diagnose(run / "checkpoints" / "last.ckpt", Path(a.docs, "diagnostics", run.name),
                          num_images=a.num_images, overwrite=True)  # fmt: skip

@@ -24,6 +24,7 @@ from common import (  # noqa: E402  (benchmarks/ is on sys.path as a script)
     MAIN_RUNS,
     ROOT,
     earlier_record,
+    has_pos_params,
     run_specs,
     study_budget,
     study_here,
@@ -33,6 +34,7 @@ from common import (  # noqa: E402  (benchmarks/ is on sys.path as a script)
 )
 
 from vitpos.config import Config
+from vitpos.optim import POS_RULE, pos_rule, pos_rule_of
 
 CONFIG = "configs/fashion_mnist_study.yaml"
 NEWEST = ["alibi2d:patch", "lookhere:patch", "rope2d-norm:patch", "liere:patch"]  # with the first seed
@@ -49,8 +51,25 @@ def val_curve(run_dir: Path) -> list[float]:
 def study_of(eval_limit: int) -> dict:
     """The budget this study's page states: the config's training budget and how many test images are swept."""
     cfg = Config.from_yaml(ROOT / CONFIG)
-    return study_budget(cfg, config=CONFIG, train_limit=cfg.data.train_limit, holdout_size=cfg.data.holdout_size,
-                        pos_lr_scale=cfg.optim.pos_lr_scale, eval_limit=eval_limit)  # fmt: skip
+    o, d = cfg.optim, cfg.data
+    rule = pos_rule(o.pos_lr_scale, o.pos_weight_decay, o.pos_decay_to, o.pos_lr_warmup_epochs)
+    return study_budget(cfg, config=CONFIG, train_limit=d.train_limit, holdout_size=d.holdout_size, **rule,
+                        eval_limit=eval_limit)  # fmt: skip
+
+
+def reusable(earlier: dict, budget: dict) -> dict[str, dict]:
+    """The recorded runs of ``earlier`` that ``budget`` would train the same way, by run folder: all of them at the
+    same budget; at one that differs only in the position rule, the schemes without position parameters."""
+    if not earlier:
+        return {}
+    before = earlier["budget"] | pos_rule_of(earlier["budget"])  # older records name fewer fields of the rule
+    same_rule = all(before[k] == budget[k] for k in POS_RULE)
+    if {k: v for k, v in before.items() if k not in POS_RULE} != {k: v for k, v in budget.items() if k not in POS_RULE}:
+        print("not reusing the recorded runs: they were made at another budget", flush=True)
+        return {}
+    if not same_rule:
+        print("reusing only the recorded runs of schemes without position parameters: the rule changed", flush=True)
+    return {r["run"]: r for r in earlier.get("runs", []) if same_rule or not has_pos_params(r["pos"])}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,10 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
     budget = study_of(args.eval_limit)
     earlier = earlier_record(args.json)
-    if earlier and earlier.get("budget") != budget:  # a record of another budget describes other runs
-        print(f"not reusing {args.json}: it was made at another budget", flush=True)
-        earlier = {}
-    recorded = {r["run"]: r for r in earlier.get("runs", [])}
+    recorded = reusable(earlier, budget)
 
     def train(job: tuple[str, int]) -> dict:
         (pos, _, stem), seed = job[0].partition(":"), job[1]

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from common import (  # noqa: E402
     ROOT,
+    at_default_rule,
     earlier_record,
     last_ckpt,
     run_specs,
@@ -46,12 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     picked = set(run_specs(p, args.runs or []))
     results = json.loads(Path(args.results).read_text())
     b, out = results["budget"], ROOT / args.out
-    rule = b["default_pos_lr_scale"], b["default_pos_weight_decay"]
-    runs = [
-        r
-        for r in results["runs"]
-        if (r["pos_lr_scale"], r.get("pos_weight_decay", 0.0)) == rule and r["seed"] in args.seeds
-    ]
+    runs = [r for r in results["runs"] if at_default_rule(r, b) and r["seed"] in args.seeds]
     earlier = earlier_record(args.json)
     left_out = {str(last_ckpt(r)) for r in runs if picked and (r["pos"], r["stem"]) not in picked}
     runs = [r for r in runs if str(last_ckpt(r)) not in left_out]

@@ -5,7 +5,7 @@
     python docs/render.py                                # docs/resolution.md and resolution.png
 
 One ``python -m vitpos.evaluate`` sweeps the last checkpoints of docs/results.json's runs at the default position
-lr scale (reused when finished); also YaRN's per-frequency blend and its two attention temperatures. A run whose
+rule (reused when finished); also YaRN's per-frequency blend and its two attention temperatures. A run whose
 checkpoint is gone keeps its records from the JSON this study wrote before, at the resolutions swept then.
 """
 
@@ -17,7 +17,7 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from common import ROOT, earlier_record, study_here, transfer_study, write_record  # noqa: E402  (benchmarks/ is on sys.path as a script)
+from common import ROOT, at_default_rule, earlier_record, study_here, transfer_study, write_record  # noqa: E402  (benchmarks/ is on sys.path as a script)
 
 from vitpos.pos.rope2d import axial_frequencies, yarn_ramp
 
@@ -43,9 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=str(ROOT / "docs" / "resolution.json"))
     args = p.parse_args(argv)
     results = json.loads(Path(args.results).read_text())
-    default = results["budget"]["default_pos_lr_scale"], results["budget"]["default_pos_weight_decay"]
-    runs = [r for r in results["runs"] if (r["pos_lr_scale"], r.get("pos_weight_decay", 0.0)) == default]
     b = results["budget"]
+    runs = [r for r in results["runs"] if at_default_rule(r, b)]
     blend = yarn_blend(b["embed_dim"] // b["num_heads"], 100.0, b["img_size"] // b["patch_size"], [1.5, 2])
     sweep = partial(transfer_study, resolutions=args.resolutions, limit=args.limit, sweep_dir=ROOT / args.sweep_dir,
                     temperature_grids=TEMPERATURE_GRIDS)  # fmt: skip

@@ -20,30 +20,72 @@ import json
 import sys
 from pathlib import Path
 
-from common import MAIN_RUNS, ROOT, earlier_record, run_specs, study_budget, train_run, write_record  # noqa: E402
+from common import (  # noqa: E402
+    MAIN_RUNS,
+    ROOT,
+    earlier_record,
+    has_pos_params,
+    run_specs,
+    study_budget,
+    train_run,
+    write_record,
+)
 
-from vitpos import POS_SCHEMES, create_model
+from vitpos import POS_SCHEMES
 from vitpos.config import Config
+from vitpos.optim import pos_rule, pos_rule_of
 
 OTHERS = [f"{p}:patch" for p in POS_SCHEMES if f"{p}:patch" not in MAIN_RUNS]
-TRIED = ((10, 0), (10, 1), (10, 2), (100, 0))  # (scale, seed) of the runs that chose the default scale
-SWEEP = [f"{pos}:patch:{scale}:{seed}" for pos in ("learned", "relbias") for scale, seed in TRIED]
-SCALE = Config().optim.pos_lr_scale
-SWEEP += ["rope2d+learned:patch:10:0"]  # the scale that suits `learned` alone, on that composition
-# The compositions with a learned table (each of seeds 0-2 lower at the default scale than with the rule off, the
-# intervals overlapping): seeds 1-4 at both, so that five seeds a side say whether the default makes them worse.
-SWEEP += [f"{pos}:patch:{scale:g}:{seed}" for pos in ("rope2d+learned", "rope2d-mixed+learned")
-          for scale in (SCALE, 1) for seed in (1, 2, 3, 4)]  # fmt: skip
-SWEEP += [f"peg:patch:1:{seed}" for seed in (1, 2)]  # the rule off over seeds for peg, lower at the default on seed 0
-# Position weight decay 0.3 at the default scale: learned and relbias over seeds, the composition whose learned table
-# the default scale makes worse, and peg, whose conv the decay pulls towards zero.
-DECAYED = [("learned", 0), ("learned", 1), ("learned", 2), ("relbias", 0), ("relbias", 1), ("relbias", 2),
-           ("rope2d+learned", 0), ("rope2d+learned", 1), ("peg", 0)]  # fmt: skip
-SWEEP += [f"{pos}:patch:{SCALE:g}:{seed}:0.3" for pos, seed in DECAYED]
+DEFAULT = Config().optim
+# The runs that chose the default rule, each POS:STEM:SCALE:SEED followed by any of :decay=W, :to=start|zero and
+# :ramp=EPOCHS (what is not named: the default rule's).
+BARE = ":decay=0:ramp=0"  # the rule before the decay and the ramp existed: the scale from the first step, alone
+# `learned` and `relbias` at scales 10 and 100, and the scale that suits `learned` alone on the composition with a
+# learned table.
+SWEEP = [f"{pos}:patch:{scale}:{seed}{BARE}" for pos in ("learned", "relbias")
+         for scale, seed in ((10, 0), (10, 1), (10, 2), (100, 0))]  # fmt: skip
+SWEEP += [f"rope2d+learned:patch:10:0{BARE}"]
+# Scale 30 alone for every scheme with position parameters (seeds 0-2; the compositions with a learned table 0-4),
+# and the rule off (scale 1) for those compositions and `peg` over seeds: at scale 30 alone every seed of the
+# compositions fell below every rule-off seed.
+WITH_PARAMS = ["learned", "relbias", "rope2d-mixed", "cpb", "peg", "liere", "rope2d+learned", "rope2d+peg",
+               "relbias+peg", "rope2d-mixed+learned", "alibi2d+peg"]  # fmt: skip
+COMPOSED = ("rope2d+learned", "rope2d-mixed+learned")
+SWEEP += [f"{pos}:patch:30:{seed}{BARE}" for pos in WITH_PARAMS for seed in range(5 if pos in COMPOSED else 3)]
+SWEEP += [f"{pos}:patch:1:{seed}:decay=0" for pos in COMPOSED for seed in (1, 2, 3, 4)]
+SWEEP += [f"peg:patch:1:{seed}:decay=0" for seed in (1, 2)]
+# The default rule over five seeds for those compositions, as at scale 1 and 30.
+SWEEP += [f"{pos}:patch:{DEFAULT.pos_lr_scale:g}:{seed}" for pos in COMPOSED for seed in (3, 4)]
+# Decay 0.3 towards zero (the first decay measured) at scale 30: learned and relbias over seeds, the composition,
+# and peg, whose conv it erases.
+ZEROED = [("learned", 0), ("learned", 1), ("learned", 2), ("relbias", 0), ("relbias", 1), ("relbias", 2),
+          ("rope2d+learned", 0), ("rope2d+learned", 1), ("peg", 0)]  # fmt: skip
+SWEEP += [f"{pos}:patch:30:{seed}:decay=0.3:to=zero:ramp=0" for pos, seed in ZEROED]
+# The rules that were tried beside the default and not taken (seed 0; relbias seeds 0 and 1, as its plateau is a
+# matter of seed): a stronger decay towards the start (1), and the scale ramped in over 3 epochs, with that decay and
+# without one.
+TRIED = [("learned", 0), ("relbias", 0), ("relbias", 1), ("rope2d+learned", 0)]
+SWEEP += [f"{pos}:patch:30:{seed}:decay=1:to=start:ramp=0" for pos, seed in TRIED]
+SWEEP += [f"{pos}:patch:30:{seed}:decay=1:to=start:ramp=3" for pos, seed in TRIED]
+SWEEP += [f"{pos}:patch:30:{seed}:decay=0:ramp=3" for pos, seed in (("relbias", 1), ("rope2d+learned", 0))]
 
 
-def has_pos_params(pos: str) -> bool:
-    return any(True for _ in create_model(pos, embed_dim=16, depth=1, num_heads=4).pos.parameters())
+def parse_sweep(item: str) -> tuple[str, int, dict]:
+    """POS:STEM:SCALE:SEED[:decay=W][:to=T][:ramp=E] -> (POS:STEM, seed, rule), the rest from the default rule."""
+    pos, stem, scale, seed, *named = item.split(":")
+    given = dict(part.split("=", 1) for part in named)
+    decay = float(given.get("decay", DEFAULT.pos_weight_decay))
+    ramp = float(given.get("ramp", DEFAULT.pos_lr_warmup_epochs))
+    return f"{pos}:{stem}", int(seed), pos_rule(float(scale), decay, given.get("to", DEFAULT.pos_decay_to), ramp)
+
+
+def run_name(pos: str, stem: str, seed: int, rule: dict) -> str:
+    """The run folder of a scheme with position parameters: lrS, then -wdW (a decay towards zero, the first
+    measured) or -wdW-start, then -rampE; the names of runs recorded before a field existed stay as they were."""
+    decay = rule["pos_weight_decay"]
+    pull = f"-wd{decay:g}" + ("" if rule["pos_decay_to"] == "zero" else f"-{rule['pos_decay_to']}") if decay else ""
+    ramp = f"-ramp{rule['pos_lr_warmup_epochs']:g}" if rule["pos_lr_warmup_epochs"] else ""
+    return f"{pos}-{stem}-lr{rule['pos_lr_scale']:g}{pull}{ramp}-seed{seed}"
 
 
 def recorded_runs(path: Path, budget: dict) -> list[dict]:
@@ -54,13 +96,13 @@ def recorded_runs(path: Path, budget: dict) -> list[dict]:
     if earlier and {k: v for k, v in earlier.get("budget", {}).items() if not k.startswith("default_")} != training:
         print(f"not reusing {path}: it was made at another budget", flush=True)
         return []
-    return [{"pos_weight_decay": 0.0} | r for r in earlier.get("runs", [])]
+    return [r | pos_rule_of(r) for r in earlier.get("runs", [])]  # older records name fewer fields of the rule
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", nargs="+", default=MAIN_RUNS, metavar="POS:STEM", help="runs with --seeds")
+    p.add_argument("--runs", nargs="*", default=MAIN_RUNS, metavar="POS:STEM", help="runs with --seeds")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--others", nargs="*", default=OTHERS, metavar="POS:STEM", help="runs with seed 0 first")
     p.add_argument("--top", type=int, default=3, help="others (by seed-0 validation top-1) trained with --seeds too")
@@ -68,8 +110,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="others trained with --seeds too (default: every one of --others)")  # fmt: skip
     p.add_argument("--ablation", nargs="*", metavar="POS:STEM",
                    help="rule-off runs, seed 0 (default: every scheme with position parameters)")  # fmt: skip
-    p.add_argument("--sweep", nargs="*", default=SWEEP, metavar="POS:STEM:SCALE:SEED[:DECAY]",
-                   help="further runs at other scales and position weight decays (--pos-weight-decay)")  # fmt: skip
+    p.add_argument("--sweep", nargs="*", default=SWEEP, metavar="POS:STEM:SCALE:SEED[:decay=W][:to=T][:ramp=E]",
+                   help="further runs under other position rules (--pos-lr-scale, --pos-weight-decay, --pos-decay-to, "
+                        "--pos-lr-warmup-epochs; what is not named: the default's)")  # fmt: skip
     p.add_argument("--out", default="runs/bench-shapes", help="folder of the training runs")
     p.add_argument("--json", default=str(ROOT / "docs" / "results.json"))
     p.add_argument("--retrain", action="store_true")
@@ -78,51 +121,52 @@ def main(argv: list[str] | None = None) -> int:
     args.more_seeds = args.others if args.more_seeds is None else args.more_seeds
     run_specs(p, args.runs + args.others + args.more_seeds)
     cfg, out = Config(), ROOT / args.out
-    scale, decay = cfg.optim.pos_lr_scale, cfg.optim.pos_weight_decay
-    with_params = [
-        s for s in dict.fromkeys(args.runs + args.others + args.more_seeds) if has_pos_params(s.split(":")[0])
-    ]
+    o = cfg.optim
+    default = pos_rule(o.pos_lr_scale, o.pos_weight_decay, o.pos_decay_to, o.pos_lr_warmup_epochs)
+    off = pos_rule(1.0)
+    with_params = [s for s in dict.fromkeys(args.runs + args.others + args.more_seeds) if has_pos_params(s)]
     d = cfg.data
     budget = study_budget(cfg, train_size=d.train_size, val_size=d.val_size, test_size=d.test_size,
-                          default_pos_lr_scale=scale, default_pos_weight_decay=decay)  # fmt: skip
+                          **{f"default_{k}": v for k, v in default.items()})  # fmt: skip
     recorded = {} if args.retrain else {r["run"]: r for r in recorded_runs(Path(args.json), budget)}
-    runs: dict[tuple[str, int, float, float], dict] = {}  # in the order trained: the pages list them so
+    runs: dict[tuple, dict] = {}  # in the order trained: the pages list them so
 
-    def train(spec: str, seed: int, lr_scale: float, wd: float = decay) -> None:
-        if (spec, seed, lr_scale, wd) in runs:
+    def train(spec: str, seed: int, rule: dict = default) -> None:
+        if (spec, seed, *rule.values()) in runs:
             return
         pos, _, stem = spec.partition(":")
         flags = ["--pos", pos, "--stem", stem, "--seed", str(seed)]
-        if spec in with_params:
-            run_dir = out / f"{pos}-{stem}-lr{lr_scale:g}{f'-wd{wd:g}' if wd else ''}-seed{seed}"
-            flags += ["--pos-lr-scale", f"{lr_scale:g}", "--pos-weight-decay", f"{wd:g}"]
-        else:  # no position parameters: the same training at every scale
+        if has_pos_params(spec):
+            run_dir = out / run_name(pos, stem, seed, rule)
+            for k, v in rule.items():
+                if v != "none":  # no decay: nothing to pull towards
+                    flags += [f"--{k.replace('_', '-')}", v if isinstance(v, str) else f"{v:g}"]
+        else:  # no position parameters: the same training under every rule
             run_dir = out / f"{pos}-{stem}-seed{seed}"
-        key = {"spec": spec, "pos": pos, "stem": stem, "seed": seed, "pos_lr_scale": lr_scale,
-               "pos_weight_decay": wd, "pos_params": spec in with_params}  # fmt: skip
+        key = {"spec": spec, "pos": pos, "stem": stem, "seed": seed, **rule, "pos_params": has_pos_params(spec)}
         rel = str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir)
         if not (run_dir / "results.json").is_file() and rel in recorded:
             print(f"reusing the recorded run {rel}", flush=True)
-            runs[spec, seed, lr_scale, wd] = recorded[rel] | key
+            runs[(spec, seed, *rule.values())] = recorded[rel] | key
         else:
-            runs[spec, seed, lr_scale, wd] = key | train_run(run_dir, flags, args.retrain)
+            runs[(spec, seed, *rule.values())] = key | train_run(run_dir, flags, args.retrain)
 
     for spec in args.runs:
         for seed in args.seeds:
-            train(spec, seed, scale)
+            train(spec, seed)
     for spec in args.others:
-        train(spec, args.seeds[0], scale)
+        train(spec, args.seeds[0])
     top = earlier_record(args.json).get("top_others", [])  # the choice made before, kept unless it no longer fits
     if args.repick or len(top) != args.top or not set(top) <= set(args.others):
-        top = sorted(args.others, key=lambda s: -runs[s, args.seeds[0], scale, decay]["best_val_top1"])[: args.top]
+        top = sorted(args.others, key=lambda s: -runs[(s, args.seeds[0], *default.values())]["best_val_top1"])
+        top = top[: args.top]
     for spec in top + [s for s in args.more_seeds if s not in top]:
         for seed in args.seeds:
-            train(spec, seed, scale)
+            train(spec, seed)
     for spec in with_params if args.ablation is None else [s for s in args.ablation if s in with_params]:
-        train(spec, 0, 1.0, 0.0)
+        train(spec, 0, off)
     for item in args.sweep:
-        pos, stem, sweep_scale, seed, *wd = item.split(":")
-        train(f"{pos}:{stem}", int(seed), float(sweep_scale), float(wd[0]) if wd else decay)
+        train(*parse_sweep(item))
     write_record(args.json, "results.py", argv, budget=budget, main_runs=args.runs, top_others=top,
                  runs=list(runs.values()))  # fmt: skip
     return 0

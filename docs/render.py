@@ -24,6 +24,7 @@ from scipy.stats import t as student_t
 
 DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent))  # run as a script: this checkout's vitpos first
+from vitpos.optim import pos_rule_of  # noqa: E402
 from vitpos.resolution import resolution_label  # noqa: E402
 
 CHANCE, BAG_CEILING = 0.125, 0.25  # `shapes`: 8 classes; a model blind to patch order tells 2 of them apart
@@ -150,49 +151,56 @@ def line_style(i: int, markers: str, pos: str, stem: str, what: str = "") -> dic
 
 
 # -- results.md: every scheme trained on `shapes` -----------------------------------------------------------
+def run_rule(r: dict, prefix: str = "") -> tuple:
+    """A run's position rule (``prefix`` "default_": the default a budget names), as a key."""
+    return tuple(pos_rule_of(r, prefix).values())
+
+
+def rule_label(rule: tuple, default: tuple) -> str:
+    scale, decay, to, ramp = rule
+    text = f"x {scale:g}" + (f", ramped over {ramp:g} epochs" if ramp else "") + (f", {decay:g} to {to}" if decay else "")
+    return text + (" (default)" if rule == default else "")
+
+
 def render_results(d: dict, folder: Path) -> str:
     b = d["budget"]
-    default, wd0 = b["default_pos_lr_scale"], b.get("default_pos_weight_decay", 0.0)
-    by = defaultdict(list)  # (pos, stem, scale, position weight decay) -> runs
+    default = run_rule(b, "default_")
+    off = run_rule({"pos_lr_scale": 1.0})
+    before = run_rule({"pos_lr_scale": default[0]})  # the default scale alone, from the first step: the first rule
+    baselines = [ru for ru in dict.fromkeys([off, before]) if ru != default]
+    by = defaultdict(list)  # (pos, stem, rule) -> runs
     for r in d["runs"]:
-        by[r["pos"], r["stem"], r["pos_lr_scale"], r.get("pos_weight_decay", 0.0)].append(r)
+        by[r["pos"], r["stem"], run_rule(r)].append(r)
     order = list(dict.fromkeys((r["pos"], r["stem"]) for r in d["runs"]))
-    trained = [k for k in order if by.get((*k, default, wd0))]
-    learns = [k for k in trained if by[(*k, default, wd0)][0]["pos_params"]]  # schemes with position parameters
-    ablated = [k for k in learns if by.get((*k, 1.0, 0.0))]
-    scales = sorted({r["pos_lr_scale"] for r in d["runs"]})
-    swept = [k for k in order if sum(1 for sc in scales if by.get((*k, sc, 0.0))) > 2]
-    decays = sorted({r.get("pos_weight_decay", 0.0) for r in d["runs"]} - {wd0})
-    decayed = [k for k in learns if any(by.get((*k, default, w)) for w in decays)]
+    trained = [k for k in order if by.get((*k, default))]
+    learns = [k for k in trained if by[(*k, default)][0]["pos_params"]]  # schemes with position parameters
+    rules = sorted({run_rule(r) for r in d["runs"] if r["pos_params"]},
+                   key=lambda ru: (ru[1] > 0, ru[2] == "start", ru[3] > 0, ru[1], ru[0]))  # fmt: skip
 
-    def top1(key: tuple[str, str], scale: float = default, wd: float | None = None) -> list[float]:
-        runs = by.get((*key, scale, (wd0 if scale == default else 0.0) if wd is None else wd), [])
-        return [r["test_top1"] for r in sorted(runs, key=lambda r: r["seed"])]
+    def top1(key: tuple[str, str], rule: tuple = default) -> list[float]:
+        return [r["test_top1"] for r in sorted(by.get((*key, rule), []), key=lambda r: r["seed"])]
 
-    def decay_row(k: tuple[str, str]) -> list[str]:
-        cells = [interval(top1(k, default, w)) for w in decays]
-        verdicts = [("separated" if separated(top1(k), top1(k, default, w)) else "not separated")
-                    if len(top1(k)) > 1 and len(top1(k, default, w)) > 1 else "–" for w in decays]  # fmt: skip
-        return [label(*k), interval(top1(k)), *cells, *verdicts]
-
-    seed_range = max((max(v) - min(v) for v in map(top1, trained) if len(v) >= 3), default=math.nan)
-
-    def against(k: tuple[str, str]) -> str:
-        """Rule off against the default: intervals when both have seeds, else a one-seed value against the other."""
-        off, on = top1(k, 1.0), top1(k)
-        if len(off) > 1 and len(on) > 1:
-            return "separated" if separated(off, on) else "not separated"
-        if len(off) == len(on) == 1:
-            return f"{100 * (off[0] - on[0]):+.1f} points (one seed each)"
-        one, many, whose = (off[0], on, "the default's") if len(off) == 1 else (on[0], off, "the rule-off")
+    def against(k: tuple[str, str], other: tuple) -> str:
+        """The default against another rule: intervals when both have seeds, else a one-seed value against them."""
+        them, on = top1(k, other), top1(k)
+        if not them:
+            return "–"
+        if len(them) > 1 and len(on) > 1:
+            if not separated(them, on):
+                return "not separated"
+            return "default above" if mean_ci(on)[0] > mean_ci(them)[0] else "default below"
+        if len(them) == len(on) == 1:
+            return f"{100 * (on[0] - them[0]):+.1f} points (one seed each)"
+        one, many, who, whose = (
+            (them[0], on, "it", "the default's") if len(them) == 1 else (on[0], them, "the default", "its")
+        )
         _, lo, hi = mean_ci(many)
         where = "inside" if lo <= one <= hi else "above" if one > hi else "below"
-        return f"{'rule off' if len(off) == 1 else 'default'} {where} {whose} 95 % interval"
+        return f"{who} (one seed) {where} {whose} 95 % interval"
 
-    ablation = [[label(*k), interval(top1(k, 1.0)), interval(top1(k)), against(k)] for k in ablated]
-    singles = any(len(top1(k, 1.0)) == len(top1(k)) == 1 for k in ablated)  # the seed range is their yardstick
+    fitted = {k: [r["train_top1"] for r in by[(*k, default)] if r.get("train_top1") is not None] for k in trained}
     allowed = comparisons({k: top1(k) for k in trained})
-    if by.get(("none", "patch", default, wd0)):
+    if by.get(("none", "patch", default)):
         allowed.insert(0, f"- `none` with the patch stem (exactly blind to patch order) scores "
                           f"{pct(mean_ci(top1(('none', 'patch')))[0])} %, against the {pct(BAG_CEILING)} % a bag "
                           "of patches can reach.")  # fmt: skip
@@ -207,13 +215,16 @@ def render_results(d: dict, folder: Path) -> str:
     more_seeds = [label(*k) for k in trained if k not in main and len(top1(k)) > 1]
     others = [k for k in trained if k not in main]
     every_seed = bool(others) and len(more_seeds) == len(others)
+    rule_text = f"position parameters at lr x {default[0]:g} (`--pos-lr-scale`)" + (
+        f" with a decay of {default[1]:g} towards {'their start' if default[2] == 'start' else 'zero'} "
+        "(`--pos-weight-decay`, `--pos-decay-to`)" if default[1] else "")  # fmt: skip
     return page(
         "# Every scheme on the embedded `shapes` set, default budget",
         made(d),
         f"Budget: `python train.py --pos P --seed K` with nothing else: ViT {b['embed_dim']} wide, "
         f"{b['depth']} blocks, {b['num_heads']} heads, patch {b['patch_size']} at {b['img_size']} px, "
         f"{b['train_size']} generated training images, {b['epochs']} epochs, batch {b['batch_size']}, "
-        f"AdamW lr {b['lr']:g}, position parameters at lr x {default:g} (`--pos-lr-scale`), fp32 on the CPU. "
+        f"AdamW lr {b['lr']:g}, {rule_text}, fp32 on the CPU. "
         f"Val and test: {b['val_size']} and {b['test_size']} images. Chance is {pct(CHANCE)} %; a model blind to "
         f"patch order can reach at most {pct(BAG_CEILING)} % (the reference shape, not the relation).",
         "The six main runs (`learned`, `sincos2d`, `rope2d`, `relbias` and `none` with the patch stem, `none` with "
@@ -225,31 +236,32 @@ def render_results(d: dict, folder: Path) -> str:
            else f"; {', '.join(more_seeds)} {'has' if len(more_seeds) == 1 else 'have'} further seeds for the "
            "comparisons below and in docs/resolution.md"
            if more_seeds else "")
-        + ". Cells: mean test top-1 in % over seeds, [95 % t-interval], (seeds). Train time: wall "
-        "time of `Trainer.fit` (training and per-epoch validation) with one thread per run, two runs at a time, "
-        "alongside other jobs: it varies with the machine's load, not only with the scheme.",
-        table(["scheme", "test top-1", "best val top-1", "train time"],
-              [run_row(k, by[(*k, default, wd0)]) for k in trained]),
-        "## The position learning-rate rule",
-        f"The position scheme's own parameters train at lr x `pos_lr_scale` (default {default:g}), the same rule "
-        "for every scheme. Under Adam a parameter moves at most about the summed learning rate, ~0.3 over the "
-        "default schedule, while a table that starts at std .02 must grow to the scale of the tokens. Rule off "
-        "(scale 1) against the default, test top-1; schemes without position parameters "
-        f"({', '.join(label(*k) for k in trained if k not in learns)}) train identically at every scale.",
-        table(["scheme", "scale 1", f"scale {default:g}", f"scale 1 against scale {default:g}"], ablation),
-        f"One seed each: the widest seed-to-seed range of a scheme with three seeds is {pct(seed_range)} points."
-        if singles else None,
-        *(["Every scale measured (test top-1 of each seed, in seed order, where run):",
-           table(["scheme", *(f"x {sc:g}" for sc in scales)],
-                 [[label(*k)] + [" / ".join(map(pct, top1(k, sc, 0.0))) or "–" for sc in scales] for k in swept])]
-          if swept else []),
-        *([f"Position weight decay (`--pos-weight-decay`, AdamW's decoupled decay of the position parameters: each "
-           f"step shrinks them by lr x {default:g} x decay) at scale {default:g}, against the default decay "
-           f"{wd0:g}; test top-1. A decay bounds how far a table drifts from zero, and pulls every position parameter "
-           "towards \"no position\", tables and convs alike:",
-           table(["scheme", f"decay {wd0:g}", *(f"decay {w:g}" for w in decays),
-                  *(f"{w:g} against {wd0:g}" for w in decays)], [decay_row(k) for k in decayed])]
-          if decayed else []),
+        + ". Cells: mean test top-1 in % over seeds, [95 % t-interval], (seeds). Train top-1: the last epoch's "
+        "running top-1 on the training images (what the model fitted; the gap to test is what it did not "
+        "generalise). Train time: wall time of `Trainer.fit` (training and per-epoch validation) with one thread "
+        "per run, two runs at a time, alongside other jobs: it varies with the machine's load, not only with the "
+        "scheme.",
+        table(["scheme", "test top-1", "best val top-1", "train top-1", "train time"],
+              [run_row(k, by[(*k, default)], interval(fitted[k])) for k in trained]),
+        "## The position rule",
+        f"The position scheme's own parameters train at lr x `pos_lr_scale` (default {default[0]:g})"
+        + (f" and are pulled back towards where they started by a decay `pos_weight_decay` (default {default[1]:g}, "
+           f"`pos_decay_to` {default[2]})" if default[1] else "")
+        + ", the same rule for every scheme. The scale: under Adam a parameter moves at most about the summed "
+        "learning rate, ~0.3 over the default schedule, while a table that starts at std .02 must grow to the "
+        "scale of the tokens. The decay: at that rate a parameter the task does not need (the table beside RoPE) "
+        "still takes full-size steps on gradient noise and wanders from its start; a decay bounds that walk, and a "
+        "parameter the loss keeps pushing settles about 1/decay from its start. Towards the start rather than zero, "
+        "so that a conv's kernel or RoPE-Mixed's frequencies are not erased. Schemes without position parameters "
+        f"({', '.join(label(*k) for k in trained if k not in learns)}) train identically under every rule.",
+        "Every rule measured (test top-1; rules: lr scale, then the decay and its target):",
+        table(["scheme", *(rule_label(ru, default) for ru in rules)],
+              [[label(*k), *(interval(top1(k, ru)) for ru in rules)]
+               for k in learns if sum(1 for ru in rules if top1(k, ru)) > 1]),  # fmt: skip
+        "The default against the rule off (scale 1, no decay)"
+        + (" and against the same scale without a decay:" if before != default else ":"),
+        table(["scheme", *(f"against {rule_label(ru, default)}" for ru in baselines)],
+              [[label(*k), *(against(k, ru) for ru in baselines)] for k in learns]),  # fmt: skip
         "## What the intervals allow",
         allowed,
         f"Published, for orientation ({ref['source']}): {ref['setting']}. CIFAR-10 top-1: "

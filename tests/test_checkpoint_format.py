@@ -11,7 +11,7 @@ import torch
 from timm.layers import apply_rot_embed_cat
 
 import vitpos.pos.base
-from vitpos.checkpoint import FORMAT, load_checkpoint, model_from_checkpoint
+from vitpos.checkpoint import FORMAT, config_from_checkpoint, load_checkpoint, model_from_checkpoint
 from vitpos.config import Config, ConfigError
 from vitpos.model import model_from_config
 from vitpos.optim import param_groups
@@ -129,7 +129,27 @@ def test_format2_class_token_bias_checkpoint_computes_what_it_did(tmp_path, pos)
     assert cfg2.optim.pos_lr_scale == 1.0
     with torch.no_grad():
         torch.testing.assert_close(new(x), model(x), rtol=0, atol=0)
-    assert load_checkpoint(path)["vitpos_format"] == FORMAT == 3
+    assert load_checkpoint(path)["vitpos_format"] == FORMAT == 4
+
+
+def test_format3_position_rule_keeps_its_meaning(tmp_path):
+    """Before format 4 ``pos_weight_decay`` was AdamW's decay towards zero and the scale held from the first step;
+    a run written then keeps that meaning (its resumed optimizer too)."""
+    cfg = Config()
+    cfg.model.pos, cfg.model.embed_dim, cfg.model.num_heads, cfg.model.depth = "learned", 32, 2, 1
+    cfg.optim.pos_weight_decay = 0.3
+    old_cfg = cfg.to_dict()
+    del old_cfg["optim"]["pos_decay_to"], old_cfg["optim"]["pos_lr_warmup_epochs"]
+    state = {f"model.{k}": v for k, v in model_from_config(cfg).state_dict().items()}
+    path = tmp_path / "old.ckpt"
+    torch.save({"state_dict": state, "hyper_parameters": {"config": old_cfg}, "vitpos_format": 3}, path)
+    upgraded = config_from_checkpoint(load_checkpoint(path))
+    assert (upgraded.optim.pos_weight_decay, upgraded.optim.pos_decay_to) == (0.3, "zero")
+    assert upgraded.optim.pos_lr_warmup_epochs == 0.0  # the scale from the first step, as then
+    assert Config().optim.pos_decay_to == "start"  # what the same number means now
+    groups = param_groups(model_from_config(upgraded), 0.05, 1e-3, 30.0, 0.3, upgraded.optim.pos_decay_to)
+    assert [g["weight_decay"] for g in groups if g["lr"] == 30e-3] == [0.3]
+    assert not any(g.get("decay_to_start") for g in groups)
 
 
 def test_upgrading_a_checkpoint_does_not_need_the_lightning_module(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -133,6 +135,25 @@ def test_short_run_writes_checkpoints_config_logs(tmp_path):
     # The same --out again without --resume must not overwrite the run.
     assert main(["--pos", "sincos2d", "--epochs", "1", "--out", str(out), *TINY]) == 2
     assert (out / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_a_run_keeps_where_its_position_parameters_started_and_what_it_fitted(tmp_path):
+    """The default rule reaches the optimizer: the position group decays towards the start that the checkpoint's
+    optimizer state holds (so a resume pulls towards it too); results.json says how well training fitted."""
+    out = tmp_path / "run"
+    assert main(["--pos", "learned", "--epochs", "1", "--out", str(out), *TINY]) == 0
+    ckpt = load_checkpoint(out / "checkpoints" / "last.ckpt")
+    (opt,) = ckpt["optimizer_states"]
+    pulled = [g for g in opt["param_groups"] if g.get("decay_to_start")]
+    assert len(pulled) == 1 and pulled[0]["decay_to_start"] == Config().optim.pos_weight_decay > 0
+    assert pulled[0]["lr"] > 0 and pulled[0]["weight_decay"] == 0.0
+    (index,) = pulled[0]["params"]
+    table = ckpt["state_dict"]["model.pos.table"]
+    start = opt["state"][index]["start"]
+    assert start.shape == table.shape and 0 < (table - start).abs().max() < 1  # moved, and from there
+    assert not any("start" in st for i, st in opt["state"].items() if i != index)
+    fitted = json.loads((out / "results.json").read_text())["last_train"]
+    assert 0 <= fitted["train/top1"] <= 1 and math.isfinite(fitted["train/loss_epoch"])
 
 
 BAD_INPUT = [

@@ -31,7 +31,8 @@ from .optim import param_groups
 # 2: RoPE pairs are (x[2j], x[2j+1]) (interleaved, one complex multiply).
 # 3: optim.pos_lr_scale exists (absent before: 1); bias schemes with a class token learn its bias
 #    (``prefix_bias``; before: 0).
-FORMAT = 3
+# 4: optim.pos_decay_to and optim.pos_lr_warmup_epochs exist (absent before: zero, AdamW's decay, and 0).
+FORMAT = 4
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -70,6 +71,10 @@ def upgrade_checkpoint(ckpt: dict[str, Any], path: str | Path = "checkpoint") ->
             interleave_rope_pairs(ckpt["state_dict"], ckpt.get("optimizer_states", []), reference)
         if fmt < 3:
             add_format3_fields(ckpt["state_dict"], ckpt["hyper_parameters"]["config"], reference)
+        if fmt < 4:  # the position decay, where a run had one, pulled towards zero; the scale had no ramp
+            optim = ckpt["hyper_parameters"]["config"].setdefault("optim", {})
+            optim.setdefault("pos_decay_to", "zero")
+            optim.setdefault("pos_lr_warmup_epochs", 0.0)
     ckpt["vitpos_format"] = FORMAT
     return ckpt
 

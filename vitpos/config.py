@@ -166,11 +166,22 @@ class OptimConfig:
     # The position scheme's own parameters (tables, bias MLPs, learned frequencies, PEG's conv) train at
     # lr * pos_lr_scale. Under Adam a parameter moves at most about the summed learning rate, ~0.3 over the
     # default schedule, while a position table starting at std .02 must grow to the tokens' scale:
-    # at scale 1 `learned` and `relbias` stall (docs/results.md has the ablation and the scales tried).
+    # at scale 1 `learned` and `relbias` stall (docs/results.md has the ablation and every rule tried).
     pos_lr_scale: float = opt(30.0, "learning-rate factor for the position scheme's own parameters", gt=0)
-    # Decay pulls the position parameters back towards "no position signal" (zero tables, zero frequencies):
-    # at lr * pos_lr_scale a table the task does not need drifts far from zero without it.
-    pos_weight_decay: float = opt(0.0, "AdamW weight decay of the position scheme's own parameters", ge=0)
+    # At that rate a position parameter takes Adam's full-size steps whatever its gradient, and one the task needs
+    # little (the table of rope2d+learned) wanders from its start; a decay towards the start bounds that walk and
+    # leaves what the loss keeps pushing about 1/decay from it (vitpos.optim.AdamW). Towards the start, not zero:
+    # zero would also erase a conv's or a frequency's initialisation (PEG's kernel, RoPE-Mixed's angles). 0.3, not
+    # more: at 1 a `relbias` seed stays at the bag-of-patches plateau.
+    pos_weight_decay: float = opt(0.3, "decay of the position scheme's own parameters (see --pos-decay-to)", ge=0)
+    pos_decay_to: str = opt("start", "what --pos-weight-decay pulls the position parameters towards: their "
+                            "values when training starts, or zero (AdamW's decay)",
+                            choices=("start", "zero"))  # fmt: skip
+    # Off by default: ramped in over 3 epochs (with a decay of 1) the scale no longer lowers rope2d+learned, but a
+    # `relbias` seed then stays at the plateau, which needs the full scale from the start (docs/results.md).
+    pos_lr_warmup_epochs: float = opt(0.0, "epochs over which the position parameters' lr rises from lr to "
+                                           "lr x --pos-lr-scale (0: the full scale from the first step)",
+                                      ge=0)  # fmt: skip
     weight_decay: float = opt(0.05, "AdamW weight decay (none on norms, biases, position)", ge=0)
     warmup_epochs: float = opt(1.0, "linear warm-up (epochs)", ge=0)
     min_lr_ratio: float = opt(0.01, "final lr / peak lr of the cosine schedule", ge=0, le=1)

@@ -17,7 +17,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from .checkpoint import FORMAT
 from .config import Config
 from .model import ViT, model_from_config
-from .optim import param_groups, warmup_cosine
+from .optim import AdamW, lr_lambdas, param_groups
 
 
 class LitViT(L.LightningModule):
@@ -118,12 +118,13 @@ class LitViT(L.LightningModule):
         lr = o.lr
         if o.lr_scaling == "linear":
             lr = lr * self.global_batch_size() / 256
-        groups = param_groups(self.model, o.weight_decay, lr, o.pos_lr_scale, o.pos_weight_decay)
-        opt = torch.optim.AdamW(groups, lr=lr, betas=tuple(o.betas))
+        groups = param_groups(self.model, o.weight_decay, lr, o.pos_lr_scale, o.pos_weight_decay, o.pos_decay_to)
+        opt = AdamW(groups, lr=lr, betas=tuple(o.betas))
         total = max(1, int(self.trainer.estimated_stepping_batches))
         steps_per_epoch = max(1, total // max(1, self.trainer.max_epochs or 1))
         warmup = min(total, max(1, int(o.warmup_epochs * steps_per_epoch)))
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, warmup, total, o.min_lr_ratio))
+        ramp = int(o.pos_lr_warmup_epochs * steps_per_epoch)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambdas(groups, warmup, total, o.min_lr_ratio, ramp))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # RNG states travel in the checkpoint as plain tensors (safe to load with weights_only=True),

@@ -594,6 +594,9 @@ def _run(cfg: Config, out: Path, pre=None) -> dict:
             f"{trainer.world_size} device(s); lower --batch-size, use fewer devices or more training images"
         )
     val = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+    # what the model fitted: the last epoch's running training top-1 and loss (beside val, the gap); read before
+    # trainer.test replaces the metrics
+    fitted = {k: float(v) for k, v in trainer.callback_metrics.items() if k in ("train/top1", "train/loss_epoch")}
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     tested = trainer.test(lit, datamodule=dm, ckpt_path=best or None, weights_only=True, verbose=False)
     results.update(
@@ -605,6 +608,7 @@ def _run(cfg: Config, out: Path, pre=None) -> dict:
             "global_step": trainer.global_step,
             "ema": cfg.optim.ema,
             "last_val": val,
+            "last_train": fitted,
             "best_val_top1": float(trainer.checkpoint_callback.best_model_score or float("nan")),
             "best_checkpoint": best,
             "test": {k: float(v) for k, v in (tested[0] if tested else {}).items()},
