@@ -7,10 +7,10 @@ other scheme the first seed, and the ``--top`` of those by validation top-1 ever
 the JSON, so a retrained seed 0 does not move the choice; ``--repick`` chooses again); so do the ``--more-seeds``
 schemes, by default every one of ``--others``: docs/resolution.md's fine-tuning table and its published claims
 compare means over seeds. The ``--top`` schemes are the ones the pages set beside the main runs. Schemes with
-position parameters also train with the rule off (``--pos-lr-scale 1``) and at the ``--sweep`` scales and position
-weight decays; those without train identically at every scale, so once. A finished run is reused (its folder's
-results.json, or else its record in the JSON this study wrote before at the same budget): an interrupted study
-continues.
+position parameters also train with the rule off (``--pos-lr-scale 1``, no decay) and under the ``--sweep`` rules
+(scale, decay, its target, ramp); those without train identically under every rule, so once. A finished run is
+reused (its folder's results.json, or else its record in the JSON this study wrote before at the same budget): an
+interrupted study continues.
 """
 
 from __future__ import annotations

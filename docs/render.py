@@ -158,8 +158,18 @@ def run_rule(r: dict, prefix: str = "") -> tuple:
 
 def rule_label(rule: tuple, default: tuple) -> str:
     scale, decay, to, ramp = rule
-    text = f"x {scale:g}" + (f", ramped over {ramp:g} epochs" if ramp else "") + (f", {decay:g} to {to}" if decay else "")
-    return text + (" (default)" if rule == default else "")
+    ramped = f", ramped over {ramp:g} epochs" if ramp else ""
+    pulled = f", {decay:g} to {to}" if decay else ""
+    return f"x {scale:g}{ramped}{pulled}" + (" (default)" if rule == default else "")
+
+
+def rule_words(rule: tuple) -> str:
+    """A position rule in words, with the flags that set it."""
+    scale, decay, decay_to, ramp = rule
+    return (f"position parameters at lr x {scale:g} (`--pos-lr-scale`)"
+            + (f" ramped in over {ramp:g} epochs (`--pos-lr-warmup-epochs`)" if ramp else "")
+            + (f" with a decay of {decay:g} towards {'their start' if decay_to == 'start' else 'zero'} "
+               "(`--pos-weight-decay`, `--pos-decay-to`)" if decay else ""))  # fmt: skip
 
 
 def render_results(d: dict, folder: Path) -> str:
@@ -215,9 +225,7 @@ def render_results(d: dict, folder: Path) -> str:
     more_seeds = [label(*k) for k in trained if k not in main and len(top1(k)) > 1]
     others = [k for k in trained if k not in main]
     every_seed = bool(others) and len(more_seeds) == len(others)
-    rule_text = f"position parameters at lr x {default[0]:g} (`--pos-lr-scale`)" + (
-        f" with a decay of {default[1]:g} towards {'their start' if default[2] == 'start' else 'zero'} "
-        "(`--pos-weight-decay`, `--pos-decay-to`)" if default[1] else "")  # fmt: skip
+    rule_text = rule_words(default)
     return page(
         "# Every scheme on the embedded `shapes` set, default budget",
         made(d),
@@ -244,17 +252,16 @@ def render_results(d: dict, folder: Path) -> str:
         table(["scheme", "test top-1", "best val top-1", "train top-1", "train time"],
               [run_row(k, by[(*k, default)], interval(fitted[k])) for k in trained]),
         "## The position rule",
-        f"The position scheme's own parameters train at lr x `pos_lr_scale` (default {default[0]:g})"
-        + (f" and are pulled back towards where they started by a decay `pos_weight_decay` (default {default[1]:g}, "
-           f"`pos_decay_to` {default[2]})" if default[1] else "")
-        + ", the same rule for every scheme. The scale: under Adam a parameter moves at most about the summed "
-        "learning rate, ~0.3 over the default schedule, while a table that starts at std .02 must grow to the "
-        "scale of the tokens. The decay: at that rate a parameter the task does not need (the table beside RoPE) "
-        "still takes full-size steps on gradient noise and wanders from its start; a decay bounds that walk, and a "
-        "parameter the loss keeps pushing settles about 1/decay from its start. Towards the start rather than zero, "
-        "so that a conv's kernel or RoPE-Mixed's frequencies are not erased. Schemes without position parameters "
-        f"({', '.join(label(*k) for k in trained if k not in learns)}) train identically under every rule.",
-        "Every rule measured (test top-1; rules: lr scale, then the decay and its target):",
+        f"The position scheme's own parameters (everything under `model.pos`) follow one rule, the same for every "
+        f"scheme: {rule_text}. The scale, because under Adam a parameter moves at most about the summed learning "
+        "rate, ~0.3 over the default schedule, while a table that starts at std .02 must grow to the scale of the "
+        "tokens. The decay, because at that rate a parameter takes full-size steps whatever its gradient, so one "
+        "the task needs little (the table beside RoPE in `rope2d+learned`) wanders from where it started; the pull "
+        "bounds that walk, and a parameter the loss keeps pushing settles about 1/decay from its start. Towards the "
+        "start rather than zero, so that PEG's kernel or RoPE-Mixed's frequencies are not erased. Schemes without "
+        f"position parameters ({', '.join(label(*k) for k in trained if k not in learns)}) train identically "
+        "under every rule.",
+        "Every rule measured (test top-1; a rule: the lr scale, its ramp, the decay and what it pulls towards):",
         table(["scheme", *(rule_label(ru, default) for ru in rules)],
               [[label(*k), *(interval(top1(k, ru)) for ru in rules)]
                for k in learns if sum(1 for ru in rules if top1(k, ru)) > 1]),  # fmt: skip
@@ -472,8 +479,8 @@ def render_fashion_mnist(d: dict, folder: Path) -> str:
         f"{', '.join(map(str, sorted({r['seed'] for r in d['runs']})))}): ViT {b['embed_dim']} wide, {b['depth']} "
         f"blocks, {b['num_heads']} heads, patch {b['patch_size']} at {b['img_size']} px, a fixed subset of "
         f"{b['train_limit']} training images (the same for every seed), {b['holdout_size']} validation images carved "
-        f"from the rest of train, {b['epochs']} epochs of batch {b['batch_size']}, AdamW lr {b['lr']:g}, position "
-        f"parameters at lr x {b['pos_lr_scale']:g}, fp32 on the CPU. Test: the 10,000 test images, best checkpoint "
+        f"from the rest of train, {b['epochs']} epochs of batch {b['batch_size']}, AdamW lr {b['lr']:g}, "
+        f"{rule_words(run_rule(b))}, fp32 on the CPU. Test: the 10,000 test images, best checkpoint "
         "by validation. Data: Debian's `dataset-fashion-mnist` (the original idx files, read offline). Chance is 10 %.",
         "Cells: mean in % over seeds, [95 % t-interval], (seeds). Last 3 epochs: how much the mean validation top-1 "
         "moved over the last three epochs, the test of a flattened curve. Train time: one thread per run, two runs "

@@ -186,24 +186,34 @@ def test_diagnostics_takes_each_schemes_seed_0_run_at_the_default_rule(bench, tm
     ]
 
 
-def test_results_page_holds_each_decay_against_the_default_rule(bench):
-    """Runs at another position weight decay get their own table, the default rule's runs the headline."""
+def test_results_page_holds_every_rule_against_the_default(bench):
+    """The headline holds the default rule's runs only; every rule measured gets a column, and the default is held
+    against the rule off and against its scale alone, by intervals where both have seeds."""
     import render
 
-    def run(pos: str, seed: int, top1: float, scale: float = 30.0, decay: float | None = None) -> dict:
-        r = {"spec": f"{pos}:patch", "pos": pos, "stem": "patch", "seed": seed, "pos_lr_scale": scale,
-             "pos_params": True, "best_val_top1": top1, "test_top1": top1, "train_seconds": 1.0}  # fmt: skip
-        return r if decay is None else r | {"pos_weight_decay": decay}  # older records name no decay: 0
+    def run(pos: str, seed: int, top1: float, scale: float = 30.0, **rule) -> dict:
+        return {"spec": f"{pos}:patch", "pos": pos, "stem": "patch", "seed": seed, "pos_lr_scale": scale,
+                "pos_params": True, "best_val_top1": top1, "test_top1": top1, "train_top1": 1.0,
+                "train_seconds": 1.0, **rule}  # fmt: skip
 
+    default = {"pos_weight_decay": 0.3, "pos_decay_to": "start"}
     record = json.loads((ROOT / "docs" / "results.json").read_text())
-    record["runs"] = [run("learned", k, 0.90 + k / 100) for k in range(3)]
-    record["runs"] += [run("learned", k, 0.95 + k / 100, decay=0.3) for k in range(3)]
-    record["runs"] += [run("peg", 0, 0.60), run("peg", 0, 0.30, decay=0.3)]
+    record["budget"] |= {f"default_{k}": v for k, v in (default | {"pos_lr_scale": 30.0}).items()}
+    record["runs"] = [run("learned", k, 0.95 + k / 100, **default) for k in range(3)]
+    record["runs"] += [run("learned", k, 0.90 + k / 100) for k in range(3)]  # older records: no decay named
+    record["runs"] += [run("learned", 0, 0.30, scale=1.0)]
+    record["runs"] += [run("learned", 0, 0.97, pos_weight_decay=1.0, pos_decay_to="start", pos_lr_warmup_epochs=3)]
+    record["runs"] += [run("peg", 0, 0.60, **default), run("peg", 0, 0.30, pos_weight_decay=0.3)]  # to zero
     page = render.render_results(record, ROOT / "docs")
-    assert "| `learned` | 91.0 [88.5, 93.5] (3) |" in page  # the headline: decay 0 only
-    decay_rows = [line for line in page.splitlines() if line.startswith("| `") and "decay" not in line]
-    assert "| `learned` | 91.0 [88.5, 93.5] (3) | 96.0 [93.5, 98.5] (3) | separated |" in decay_rows
-    assert "| `peg` | 60.0 (1) | 30.0 (1) | – |" in decay_rows  # one seed: no verdict
+    lines = page.splitlines()
+    assert "| `learned` | 96.0 [93.5, 98.5] (3) | 96.0 [93.5, 98.5] (3) | 100.0 [100.0, 100.0] (3) | 1 s |" in lines
+    header = next(line for line in lines if line.startswith("| scheme | x 1 |"))
+    assert header == ("| scheme | x 1 | x 30 | x 30, 0.3 to zero | x 30, 0.3 to start (default) | "
+                      "x 30, ramped over 3 epochs, 1 to start |")  # fmt: skip
+    assert "| `learned` | 30.0 (1) | 91.0 [88.5, 93.5] (3) | – | 96.0 [93.5, 98.5] (3) | 97.0 (1) |" in lines
+    assert "| `peg` | – | – | 30.0 (1) | 60.0 (1) | – |" in lines
+    assert "| `learned` | it (one seed) below the default's 95 % interval | default above |" in lines
+    assert "| `peg` | – | – |" in lines  # nothing to hold it against
 
 
 def test_results_page_says_which_other_schemes_have_every_seed(bench):
@@ -316,6 +326,40 @@ def test_fashion_mnist_study_reuses_recorded_runs_whose_folders_are_gone_at_the_
     else:  # a record made at another budget is not this study's: both runs are trained
         assert trained == ["rope2d-patch-seed0", "learned-patch-seed0"]
         assert [r["val_curve"] for r in runs] == [[0.4], [0.4]]
+
+
+def test_fashion_mnist_study_under_another_rule_reuses_only_the_schemes_without_position_parameters(
+    bench, tmp_path, monkeypatch
+):
+    """A record made under another position rule (an older one names only the scale) still holds the runs of
+    schemes the rule does not touch; the schemes with position parameters train again."""
+    import fashion_mnist as fm
+
+    monkeypatch.setattr(fm, "ROOT", tmp_path)
+    monkeypatch.setattr(bench, "ROOT", tmp_path)
+    monkeypatch.setattr(fm, "CONFIG", str(ROOT / fm.CONFIG))
+    budget = {k: v for k, v in fm.study_of(300).items() if k not in fm.POS_RULE} | {"pos_lr_scale": 30.0}
+    runs = [{"pos": pos, "stem": "patch", "seed": 0, "run": f"fm/{pos}-patch-seed0", "test_top1": 0.8,
+             "val_curve": [0.5, 0.8]} for pos in ("rope2d", "learned")]  # fmt: skip
+    (tmp_path / "fm.json").write_text(json.dumps({"budget": budget, "runs": runs}))
+    trained = []
+
+    def train_run(run_dir, flags):
+        trained.append(run_dir.name)
+        (run_dir / "logs").mkdir(parents=True)
+        (run_dir / "logs" / "metrics.csv").write_text("val/top1\n0.4\n")
+        return {"run": str(run_dir.relative_to(tmp_path)), "test_top1": 0.4}
+
+    monkeypatch.setattr(fm, "train_run", train_run)
+    monkeypatch.setattr(fm, "transfer_study", lambda runs, **kw: {"records": [], "yarn_temperature": []})
+    argv = ["--runs", "rope2d:patch", "learned:patch", "--seeds", "0", "--single", "--out", "fm",
+            "--json", str(tmp_path / "fm.json")]  # fmt: skip
+    assert fm.main(argv) == 0
+    assert trained == ["learned-patch-seed0"]
+    written = json.loads((tmp_path / "fm.json").read_text())
+    assert written["runs"][0] == runs[0] and written["runs"][1]["test_top1"] == 0.4
+    now = {"pos_lr_scale": 30.0, "pos_weight_decay": 0.3, "pos_decay_to": "start", "pos_lr_warmup_epochs": 0.0}
+    assert {k: written["budget"][k] for k in fm.POS_RULE} == now
 
 
 def finetune_here(bench, tmp_path: Path, monkeypatch, runs: list[dict]):

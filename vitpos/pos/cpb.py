@@ -14,7 +14,8 @@ on the offset alone. Nothing is resized for a new grid:
 * ``normalized``: offsets normalised by the *new* grid (the range always maps to [-8, 8]).
 
 Initialisation follows Swin v2, whose global init covers this MLP: weights trunc-normal (std .02),
-biases zero. The MLP is a position parameter: no weight decay.
+biases zero. The MLP is a position parameter: no plain weight decay, the position rule's pull towards its start
+instead (vitpos.optim).
 
 With a class token, each block and head also learns the bias between it and the patches
 (``prefix_bias``, as BEiT: prefix -> patch, patch -> prefix, prefix -> prefix). It starts at 8, the

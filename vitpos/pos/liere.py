@@ -25,7 +25,7 @@ Positions are in units of the training grid, as in StanfordMIMI/LieRE: token (i,
 grid (H, W) sits at (i / (H-1), j / (W-1)), so the training grid spans [0, 1] per axis. Generator
 entries start uniform in [0, 2 pi), as the reference (after RoPE-Mixed's random angles). The generators
 are built and exponentiated in fp32 with autocast off (through an eigendecomposition, see
-:class:`SkewExp`). No weight decay on them.
+:class:`SkewExp`). No plain weight decay on them: the position rule's pull towards their start instead.
 
 Methods for a new grid (h, w):
 

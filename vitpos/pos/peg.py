@@ -8,8 +8,9 @@ position without a table. Prefix tokens pass through unchanged. Any grid is serv
 Initialisation as CPVT/Twins (their global init covers the conv): weights normal(0, sqrt(2 / fan_out)),
 fan_out = 9 for a depthwise 3x3, bias zero.
 
-Weight decay: none. The official code (Twins/CPVT, same authors) lists every ``pos_block`` parameter
-in ``no_weight_decay()``, and it keeps the rule "position parameters are not decayed" uniform.
+Weight decay: not the plain one. The official code (Twins/CPVT, same authors) lists every ``pos_block``
+parameter in ``no_weight_decay()``; like every position parameter, the kernel is pulled towards its initial value
+instead (the position rule, vitpos.optim), which a decay towards zero would erase.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ Initialisation as in the paper (naver-ai/rope-vit): theta = 10, magnitudes |f_k|
 for k in [0, d/4); per block and head a random angle phi; the first d/4 pairs point at phi and the
 other d/4 at phi + pi/2, so at init each head is an axial RoPE in a randomly rotated frame.
 
-The frequencies are one (depth, heads, d/2, 2) parameter, last axis (fx, fy); no weight decay.
+The frequencies are one (depth, heads, d/2, 2) parameter, last axis (fx, fy); no plain weight decay (decay towards
+zero would erase them), the position rule's pull towards their start instead.
 Phases and cos/sin are computed in fp32 with autocast off (bf16 phases are wrong by whole
 radians at the positions of a large grid), once per forward for all blocks and heads.
 
