@@ -5,7 +5,8 @@
     python docs/render.py                # docs/diagnostics.md
 
 ``vitpos.diagnose.diagnose`` on ``last.ckpt`` of every seed-0 run of docs/results.json at the default position
-rule (its lr scale, decay and ramp): patch-shuffle top-1, attention distance per block, pictures.
+rule (its lr scale, decay and ramp): patch-shuffle top-1, attention distance per block, pictures. A run whose
+checkpoint is gone keeps its record (and its pictures) from the JSON this study wrote before.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from common import ROOT, at_default_rule, write_record  # noqa: E402  (benchmarks/ is on sys.path as a script)
+from common import ROOT, at_default_rule, earlier_record, write_record  # noqa: E402  (benchmarks/ is on sys.path as a script)
 
 from vitpos.diagnose import diagnose
 
@@ -29,9 +30,16 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     results = json.loads(Path(a.results).read_text())
     records = []
+    earlier = {rec["run"]: rec for rec in earlier_record(Path(a.docs, "diagnostics.json")).get("runs", [])}
     for r in results["runs"]:
         if r["seed"] == 0 and at_default_rule(r, results["budget"]):
             run = ROOT / r["run"]
+            if not (run / "checkpoints" / "last.ckpt").is_file():
+                if run.name not in earlier:
+                    p.error(f"{run}/checkpoints/last.ckpt is gone and {a.docs}/diagnostics.json has no record of it")
+                print(f"reusing the recorded diagnostics of {run.name}: its checkpoint is gone", flush=True)
+                records.append(earlier[run.name])
+                continue
             s = diagnose(run / "checkpoints" / "last.ckpt", Path(a.docs, "diagnostics", run.name),
                          num_images=a.num_images, overwrite=True)  # fmt: skip
             records.append({"run": run.name, "patch_shuffle": s["patch_shuffle"], "pictures": s["pictures"],

@@ -169,7 +169,21 @@ def rule_words(rule: tuple) -> str:
     return (f"position parameters at lr x {scale:g} (`--pos-lr-scale`)"
             + (f" ramped in over {ramp:g} epochs (`--pos-lr-warmup-epochs`)" if ramp else "")
             + (f" with a decay of {decay:g} towards {'their start' if decay_to == 'start' else 'zero'} "
-               "(`--pos-weight-decay`, `--pos-decay-to`)" if decay else ""))  # fmt: skip
+               "(`--pos-weight-decay`, `--pos-decay-to`)" if decay else " without decay"))  # fmt: skip
+
+
+def rule_line(names: list[str], results: dict | None, command: str) -> str:
+    """The position rule the named runs (folder names) trained under, from docs/results.json; whether the
+    default."""
+    runs = {Path(r["run"]).name: r for r in (results or {}).get("runs", [])}
+    rules = sorted({run_rule(runs[n]) for n in names if n in runs and runs[n].get("pos_params")})
+    if not rules:
+        return ""
+    line = "The runs trained their " + "; others their ".join(rule_words(ru) for ru in rules) + "."
+    default = run_rule(results["budget"], "default_")
+    if rules != [default]:
+        line += f" The default rule differs ({rule_words(default)}): `{command}` again takes the runs at the default."
+    return line
 
 
 def render_results(d: dict, folder: Path) -> str:
@@ -364,6 +378,7 @@ def finetune_section(ft: dict, results: dict | None) -> list[Block]:
     heads += [h for s in sizes for h in (f"{s} px directly", f"{s} px fine-tuned")]
     return [
         "## Fine-tuning at a new size (Swin v2's Table 1 protocol)",
+        rule_line([Path(run).name for run in trained], results, ft["command"]),
         f"Made by `{ft['command']}`. Each {train} px run tested directly at each size (its default method, the "
         f"whole test split) and after one more epoch there (`train.py --init-from RUN/checkpoints/last.ckpt "
         f"--img-size R {' '.join(ft['finetune'])}`, which carries the scheme's parameters to the new grid by its "
@@ -443,6 +458,9 @@ def render_resolution(d: dict, folder: Path) -> str:
         f"On the runs of docs/results.md (trained at {train} px). The first {d['limit']} images of the test split, "
         "rendered natively at each resolution. Cells: mean top-1 in % over seeds, [95 % t-interval], (seeds); the "
         "first method of each scheme is its default.",
+        rule_line(
+            [Path(r["checkpoint"]).parents[1].name for r in d["records"]], read(folder / "results.json"), d["command"]
+        ),
         *transfer_section(d["records"], train, folder / "resolution.png", CHANCE),
         "## YaRN for image grids",
         "Per rotary frequency of one axis (`rope2d`, theta 100, the default head width, "
@@ -660,6 +678,7 @@ def render_diagnostics(d: dict, folder: Path) -> str:
         "Per run: `python -m vitpos.diagnose --ckpt RUN/checkpoints/last.ckpt --out docs/diagnostics/RUN` on "
         f"{d['num_images']} validation images. Patch shuffle: top-1 as the images are and with the patches permuted "
         "(one fixed permutation). Attention distances in patches.",
+        rule_line([r["run"] for r in d["runs"]], read(folder / "results.json"), d["command"]),
         table(["run", "top-1", "top-1, patches shuffled", "drop", "attention distance, first / last block", "pictures"],
               rows),
     )  # fmt: skip

@@ -160,14 +160,28 @@ def test_diagnostics_takes_each_schemes_seed_0_run_at_the_default_rule(bench, tm
     import render
 
     runs = [("rope2d-patch-seed0", 0, 30.0), ("learned-patch-lr30-seed0", 0, 30.0),  # rope2d: no lr in its name
-            ("learned-patch-lr30-seed1", 1, 30.0), ("learned-patch-lr1-seed0", 0, 1.0)]  # fmt: skip
+            ("learned-patch-lr30-seed1", 1, 30.0), ("learned-patch-lr1-seed0", 0, 1.0),
+            ("relbias-patch-lr30-seed0", 0, 30.0)]  # fmt: skip
     results = {
         "budget": {"default_pos_lr_scale": 30.0, "default_pos_weight_decay": 0.0},
-        "runs": [{"run": f"runs/x/{name}", "seed": seed, "pos_lr_scale": scale} for name, seed, scale in runs],
-    }
-    decayed = {"run": "runs/x/learned-patch-lr30-wd0.3-seed0", "seed": 0, "pos_lr_scale": 30.0, "pos_weight_decay": 0.3}
+        "runs": [{"run": str(tmp_path / "runs" / name), "seed": seed, "pos_lr_scale": scale, "pos_params": True}
+                 for name, seed, scale in runs],
+    }  # fmt: skip
+    decayed = {"run": str(tmp_path / "runs" / "learned-patch-lr30-wd0.3-seed0"), "seed": 0, "pos_lr_scale": 30.0,
+               "pos_weight_decay": 0.3}  # fmt: skip
     results["runs"].append(decayed)  # not the default rule
     (tmp_path / "results.json").write_text(json.dumps(results))
+    for name, *_ in runs[:4]:  # relbias's checkpoint is gone: it keeps its earlier record
+        (tmp_path / "runs" / name / "checkpoints").mkdir(parents=True)
+        (tmp_path / "runs" / name / "checkpoints" / "last.ckpt").touch()
+    shuffled = {"top1": 0.9, "top1_shuffled": 0.1, "drop": 0.8}
+    earlier = {
+        "run": "relbias-patch-lr30-seed0",
+        "patch_shuffle": shuffled,
+        "pictures": [],
+        "attention_distance": [2.0],
+    }
+    (tmp_path / "diagnostics.json").write_text(json.dumps(record(num_images=8, runs=[earlier])))
     seen = []
 
     def diagnose(ckpt, out, num_images, overwrite):
@@ -183,7 +197,33 @@ def test_diagnostics_takes_each_schemes_seed_0_run_at_the_default_rule(bench, tm
     assert [row[:5] for row in rows(page)[1:]] == [
         ["`rope2d-patch-seed0`", "50.0 %", "25.0 %", "+25.0 pts", "3.00 / 4.00"],
         ["`learned-patch-lr30-seed0`", "50.0 %", "25.0 %", "+25.0 pts", "3.00 / 4.00"],
+        ["`relbias-patch-lr30-seed0`", "90.0 %", "10.0 %", "+80.0 pts", "2.00 / 2.00"],
     ]
+    assert "The runs trained their position parameters at lr x 30 (`--pos-lr-scale`) without decay." in page
+    assert "The default rule differs" not in page  # these runs are the default's
+    # a gone checkpoint with no earlier record: a one-line error, not a page without it
+    (tmp_path / "diagnostics.json").write_text(json.dumps(record(num_images=8, runs=[])))
+    with pytest.raises(SystemExit):
+        diagnostics.main(argv)
+
+
+def test_pages_of_runs_at_another_rule_say_so_and_how_to_take_the_default(bench, tmp_path):
+    import render
+
+    default = {"default_pos_lr_scale": 30.0, "default_pos_weight_decay": 0.3, "default_pos_decay_to": "start"}
+    results = {"budget": default,
+               "runs": [{"run": "runs/x/rope2d-patch-lr30-seed0", "pos_lr_scale": 30.0, "pos_params": True},
+                        {"run": "runs/x/none-patch-seed0", "pos_lr_scale": 30.0, "pos_weight_decay": 0.3,
+                         "pos_decay_to": "start", "pos_params": False}]}  # fmt: skip
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    page = render.PAGES["diagnostics"](DIAGNOSTICS, tmp_path)
+    assert ("The runs trained their position parameters at lr x 30 (`--pos-lr-scale`) without decay. The default "
+            "rule differs (position parameters at lr x 30 (`--pos-lr-scale`) with a decay of 0.3 towards their start "
+            "(`--pos-weight-decay`, `--pos-decay-to`)): `python benchmarks/x.py --flag` again takes the runs at the "
+            "default.") in page  # fmt: skip
+    results["budget"] |= {"default_pos_weight_decay": 0.0}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    assert "The default rule differs" not in render.PAGES["diagnostics"](DIAGNOSTICS, tmp_path)
 
 
 def test_results_page_holds_every_rule_against_the_default(bench):
