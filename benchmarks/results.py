@@ -46,14 +46,14 @@ SWEEP = [f"{pos}:patch:{scale}:{seed}{BARE}" for pos in ("learned", "relbias")
          for scale, seed in ((10, 0), (10, 1), (10, 2), (100, 0))]  # fmt: skip
 SWEEP += [f"rope2d+learned:patch:10:0{BARE}"]
 # Scale 30 alone for every scheme with position parameters (seeds 0-2; the compositions with a learned table 0-4),
-# and the rule off (scale 1) for those compositions and `peg` over seeds: at scale 30 alone every seed of the
-# compositions fell below every rule-off seed.
+# and the rule off (scale 1) for those compositions, `peg` and `cpb` over seeds: at scale 30 alone every seed of the
+# compositions fell below every rule-off seed, and `cpb`'s seed 0 below its rule-off seed.
 WITH_PARAMS = ["learned", "relbias", "rope2d-mixed", "cpb", "peg", "liere", "rope2d+learned", "rope2d+peg",
                "relbias+peg", "rope2d-mixed+learned", "alibi2d+peg"]  # fmt: skip
 COMPOSED = ("rope2d+learned", "rope2d-mixed+learned")
 SWEEP += [f"{pos}:patch:30:{seed}{BARE}" for pos in WITH_PARAMS for seed in range(5 if pos in COMPOSED else 3)]
 SWEEP += [f"{pos}:patch:1:{seed}:decay=0" for pos in COMPOSED for seed in (1, 2, 3, 4)]
-SWEEP += [f"peg:patch:1:{seed}:decay=0" for seed in (1, 2)]
+SWEEP += [f"{pos}:patch:1:{seed}:decay=0" for pos in ("peg", "cpb") for seed in (1, 2)]
 # Decay 0.3 towards zero (the first decay measured) at scale 30: learned and relbias over seeds, the composition,
 # and peg, whose conv it erases.
 ZEROED = [("learned", 0), ("learned", 1), ("learned", 2), ("relbias", 0), ("relbias", 1), ("relbias", 2),

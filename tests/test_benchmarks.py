@@ -332,6 +332,21 @@ def test_resolution_study_keeps_the_records_of_runs_whose_checkpoints_are_gone(b
     assert [t["checkpoint"] for t in out["yarn_temperature"]] == [str(gone)]
 
 
+def fake_fashion_mnist_training(fm, tmp_path: Path, monkeypatch) -> list[str]:
+    """fashion_mnist's training and sweep replaced by stubs; the names of the runs it trains, as it trains them."""
+    trained = []
+
+    def train_run(run_dir, flags):
+        trained.append(run_dir.name)
+        (run_dir / "logs").mkdir(parents=True)
+        (run_dir / "logs" / "metrics.csv").write_text("val/top1\n0.4\n")
+        return {"run": str(run_dir.relative_to(tmp_path)), "test_top1": 0.4}
+
+    monkeypatch.setattr(fm, "train_run", train_run)
+    monkeypatch.setattr(fm, "transfer_study", lambda runs, **kw: {"records": [], "yarn_temperature": []})
+    return trained
+
+
 @pytest.mark.parametrize("same_budget", [True, False])
 def test_fashion_mnist_study_reuses_recorded_runs_whose_folders_are_gone_at_the_same_budget(
     bench, tmp_path, monkeypatch, same_budget
@@ -346,16 +361,7 @@ def test_fashion_mnist_study_reuses_recorded_runs_whose_folders_are_gone_at_the_
     budget = fm.study_of(300) | ({} if same_budget else {"epochs": fm.study_of(300)["epochs"] // 2})
     earlier = {"budget": budget, "runs": [recorded], "records": [], "yarn_temperature": []}
     (tmp_path / "fm.json").write_text(json.dumps(earlier))
-    trained = []
-
-    def train_run(run_dir, flags):
-        trained.append(run_dir.name)
-        (run_dir / "logs").mkdir(parents=True)
-        (run_dir / "logs" / "metrics.csv").write_text("val/top1\n0.4\n")
-        return {"run": str(run_dir.relative_to(tmp_path)), "test_top1": 0.4}
-
-    monkeypatch.setattr(fm, "train_run", train_run)
-    monkeypatch.setattr(fm, "transfer_study", lambda runs, **kw: {"records": [], "yarn_temperature": []})
+    trained = fake_fashion_mnist_training(fm, tmp_path, monkeypatch)
     out = ["--out", "fm", "--json", str(tmp_path / "fm.json")]
     argv = ["--runs", "rope2d:patch", "learned:patch", "--seeds", "0", "--single", *out]
     assert fm.main(argv) == 0
@@ -378,28 +384,20 @@ def test_fashion_mnist_study_under_another_rule_reuses_only_the_schemes_without_
     monkeypatch.setattr(fm, "ROOT", tmp_path)
     monkeypatch.setattr(bench, "ROOT", tmp_path)
     monkeypatch.setattr(fm, "CONFIG", str(ROOT / fm.CONFIG))
-    budget = {k: v for k, v in fm.study_of(300).items() if k not in fm.POS_RULE} | {"pos_lr_scale": 30.0}
+    budget = {k: v for k, v in fm.study_of(300).items() if k not in fm.POS_RULE} | {"pos_lr_scale": 1.0}
     runs = [{"pos": pos, "stem": "patch", "seed": 0, "run": f"fm/{pos}-patch-seed0", "test_top1": 0.8,
              "val_curve": [0.5, 0.8]} for pos in ("rope2d", "learned")]  # fmt: skip
     (tmp_path / "fm.json").write_text(json.dumps({"budget": budget, "runs": runs}))
-    trained = []
-
-    def train_run(run_dir, flags):
-        trained.append(run_dir.name)
-        (run_dir / "logs").mkdir(parents=True)
-        (run_dir / "logs" / "metrics.csv").write_text("val/top1\n0.4\n")
-        return {"run": str(run_dir.relative_to(tmp_path)), "test_top1": 0.4}
-
-    monkeypatch.setattr(fm, "train_run", train_run)
-    monkeypatch.setattr(fm, "transfer_study", lambda runs, **kw: {"records": [], "yarn_temperature": []})
+    trained = fake_fashion_mnist_training(fm, tmp_path, monkeypatch)
     argv = ["--runs", "rope2d:patch", "learned:patch", "--seeds", "0", "--single", "--out", "fm",
             "--json", str(tmp_path / "fm.json")]  # fmt: skip
     assert fm.main(argv) == 0
     assert trained == ["learned-patch-seed0"]
     written = json.loads((tmp_path / "fm.json").read_text())
     assert written["runs"][0] == runs[0] and written["runs"][1]["test_top1"] == 0.4
-    now = {"pos_lr_scale": 30.0, "pos_weight_decay": 0.3, "pos_decay_to": "start", "pos_lr_warmup_epochs": 0.0}
-    assert {k: written["budget"][k] for k in fm.POS_RULE} == now
+    o = fm.Config.from_yaml(ROOT / fm.CONFIG).optim  # the new record names every field of the study's rule
+    now = fm.pos_rule(o.pos_lr_scale, o.pos_weight_decay, o.pos_decay_to, o.pos_lr_warmup_epochs)
+    assert {k: written["budget"][k] for k in fm.POS_RULE} == now and now["pos_lr_scale"] != 1.0
 
 
 def finetune_here(bench, tmp_path: Path, monkeypatch, runs: list[dict]):
