@@ -172,13 +172,13 @@ class OptimConfig:
     # little (the table of rope2d+learned) wanders from its start; a decay towards the start bounds that walk and
     # leaves what the loss keeps pushing about 1/decay from it (vitpos.optim.AdamW). Towards the start, not zero:
     # zero would also erase a conv's or a frequency's initialisation (PEG's kernel, RoPE-Mixed's angles). 0.3, not
-    # more: at 1 a `relbias` seed stays at the bag-of-patches plateau.
+    # more: at 1 a `relbias` seed ends at 45 % (99 % at 0.3; docs/results.md).
     pos_weight_decay: float = opt(0.3, "decay of the position scheme's own parameters (see --pos-decay-to)", ge=0)
     pos_decay_to: str = opt("start", "what --pos-weight-decay pulls the position parameters towards: their "
                             "values when training starts, or zero (AdamW's decay)",
                             choices=("start", "zero"))  # fmt: skip
-    # Off by default: ramped in over 3 epochs (with a decay of 1) the scale no longer lowers rope2d+learned, but a
-    # `relbias` seed then stays at the plateau, which needs the full scale from the start (docs/results.md).
+    # Off by default: `relbias` leaves its plateau early or not at all, and with less lr early (scale 10) one of
+    # its seeds stays there (docs/results.md); a ramp also lowers the early lr.
     pos_lr_warmup_epochs: float = opt(0.0, "epochs over which the position parameters' lr rises from lr to "
                                            "lr x --pos-lr-scale (0: the full scale from the first step)",
                                       ge=0)  # fmt: skip
