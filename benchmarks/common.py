@@ -10,7 +10,6 @@ import argparse
 import functools
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -40,13 +39,10 @@ def machine() -> dict[str, str | int]:
     """Where a measurement was made: stored beside it, printed under every table."""
     import torch
 
-    cpu = platform.processor() or "unknown"
-    info = Path("/proc/cpuinfo")
-    for line in info.read_text().splitlines() if info.exists() else []:
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    return {"date": time.strftime("%Y-%m-%d"), "cpu": cpu, "cores": len(os.sched_getaffinity(0)),
+    from vitpos.training import cpu_name
+
+    gpu = {"gpu": torch.cuda.get_device_name()} if torch.cuda.is_available() else {}
+    return {"date": time.strftime("%Y-%m-%d"), "cpu": cpu_name(), "cores": len(os.sched_getaffinity(0)), **gpu,
             "torch": torch.__version__}  # fmt: skip
 
 
@@ -81,6 +77,7 @@ def train_run(run_dir: Path, flags: list[str], retrain: bool = False) -> dict:
     return {"best_val_top1": res["best_val_top1"], "test_top1": res["test"]["test/top1"],
             "train_top1": res.get("last_train", {}).get("train/top1"),
             "train_seconds": res["train_seconds"], "steps": res["global_step"],
+            **({"hardware": res["hardware"]} if "hardware" in res else {}),  # recorded since results.json has it
             "run": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir)}  # fmt: skip
 
 

@@ -7,7 +7,8 @@ fine-tune there (``train.py --init-from``); JSON.
 For every run of docs/results.json at the default rule with a seed in ``--seeds``: one ``python -m vitpos.evaluate``
 tests the last checkpoints at each ``--sizes`` with every transfer method on the whole test split; then
 ``python train.py --init-from RUN/checkpoints/last.ckpt --img-size R`` trains one more epoch (``FINETUNE``) at each
-size, and at the training size too: the control, the same epoch without a new grid. Finished runs are reused; a run
+size, and at the training size too: the control, the same epoch without a new grid (on ``--accelerator``; each
+fine-tuning record keeps the hardware its run names in results.json). Finished runs are reused; a run
 whose checkpoint is gone, or whose scheme ``--runs`` leaves out, keeps its records from the JSON this study wrote
 before.
 """
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", nargs="+", metavar="POS:STEM", help="only these schemes (default: every one recorded)")
     p.add_argument("--out", default="runs/bench-shapes/finetune", help="folder of the fine-tuning runs")
     p.add_argument("--json", default=str(ROOT / "docs" / "finetune.json"))
+    p.add_argument("--accelerator", default="cpu", help="where the fine-tuning runs train (train.py --accelerator)")
     args = p.parse_args(argv)
     picked = set(run_specs(p, args.runs or []))
     results = json.loads(Path(args.results).read_text())
@@ -63,9 +65,11 @@ def main(argv: list[str] | None = None) -> int:
             continue  # its fine-tuned records, if any, stay as recorded
         for size in [b["img_size"], *args.sizes]:
             flags = ["--init-from", str(last_ckpt(r)), "--img-size", str(size), "--seed", str(r["seed"]), *FINETUNE]
+            flags += ["--accelerator", args.accelerator] if args.accelerator != "cpu" else []
             res = train_run(out / f"{Path(r['run']).name}-ft{size}", flags)
             finetuned[r["run"], size] = {"run": r["run"], "pos": r["pos"], "stem": r["stem"], "seed": r["seed"],
-                                         "img_size": size, "test_top1": res["test_top1"]}  # fmt: skip
+                                         "img_size": size, "test_top1": res["test_top1"],
+                                         "hardware": res.get("hardware")}  # fmt: skip
     write_record(args.json, "finetune.py", argv, train_resolution=b["img_size"], sizes=args.sizes, finetune=FINETUNE,
                  records=study["records"], finetuned=list(finetuned.values()))  # fmt: skip
     return 0

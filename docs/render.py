@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -383,10 +383,19 @@ def finetune_section(ft: dict, results: dict | None) -> list[Block]:
         f"whole test split) and after one more epoch there (`train.py --init-from RUN/checkpoints/last.ckpt "
         f"--img-size R {' '.join(ft['finetune'])}`, which carries the scheme's parameters to the new grid by its "
         f"default method); `{train} px +1 epoch`: the same epoch at the training size, the control for the extra "
-        "training. Test top-1, mean [95 % interval] (seeds).",
+        "training. Test top-1, mean [95 % interval] (seeds)." + hardware_line(ft["finetuned"]),
         table(heads, rows),
         verdicts,
     ]
+
+
+def hardware_line(finetuned: list[dict]) -> str:
+    """Where the fine-tuning runs trained, as their results.json name it (with how many on each), if recorded."""
+    count = Counter(f["hardware"] for f in finetuned if f.get("hardware"))
+    if not count:
+        return ""
+    where = ", ".join(f"{hw} ({n} runs)" for hw, n in count.most_common())
+    return f" The fine-tuning runs trained on {where}."
 
 
 def published_section(recs: list[dict], train: int) -> list[Block]:

@@ -429,8 +429,11 @@ def test_finetune_study_tests_directly_and_fine_tunes_each_run_and_renders(bench
     trained = []
 
     def train_run(run_dir, flags):
-        trained.append((run_dir.name, flags[flags.index("--img-size") + 1]))
-        return {"test_top1": {"32": 0.99, "48": 0.9, "64": 0.8}[flags[flags.index("--img-size") + 1]]}
+        size = flags[flags.index("--img-size") + 1]
+        assert flags[-2:] == ["--accelerator", "gpu"]  # the study's --accelerator reaches every fine-tuning run
+        trained.append((run_dir.name, size))
+        hardware = "1 x GPU" if size == "64" else "1 x CPU"
+        return {"test_top1": {"32": 0.99, "48": 0.9, "64": 0.8}[size], "hardware": hardware}
 
     def transfer_study(runs, resolutions, limit, sweep_dir, temperature_grids):
         assert resolutions == ["48", "64"] and limit == 0 and not temperature_grids  # the whole split, no YaRN study
@@ -444,7 +447,7 @@ def test_finetune_study_tests_directly_and_fine_tunes_each_run_and_renders(bench
     monkeypatch.setattr(finetune, "train_run", train_run)
     monkeypatch.setattr(finetune, "transfer_study", transfer_study)
     argv = ["--results", str(tmp_path / "results.json"), "--json", str(tmp_path / "finetune.json")]
-    assert finetune.main(argv) == 0
+    assert finetune.main([*argv, "--accelerator", "gpu"]) == 0
     assert trained == [(f"rope2d-patch-seed{k}-ft{s}", s) for k in (0, 1) for s in ("32", "48", "64")]
     text = "\n".join(
         line
@@ -456,6 +459,7 @@ def test_finetune_study_tests_directly_and_fine_tunes_each_run_and_renders(bench
         in text
     )
     assert "- `rope2d`: fine-tuned above tested directly at 48 and 64 px." in text
+    assert "The fine-tuning runs trained on 1 x CPU (4 runs), 1 x GPU (2 runs)." in text  # as each results.json says
 
 
 def test_finetune_study_with_runs_keeps_the_records_of_the_schemes_it_leaves_out(bench, tmp_path, monkeypatch):

@@ -22,7 +22,7 @@ from vitpos.model import model_from_config
 from vitpos.optim import param_groups
 from vitpos.pos.rope2d import Rope2dPos
 from vitpos.stems import ConvStem
-from vitpos.training import main
+from vitpos.training import cpu_name, main
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--embed-dim", "32", "--depth", "1", "--num-heads", "2", "--batch-size", "16", "--train-size", "64",
@@ -137,9 +137,10 @@ def test_short_run_writes_checkpoints_config_logs(tmp_path):
     assert (out / "checkpoints" / "last.ckpt").is_file()
 
 
-def test_a_run_keeps_where_its_position_parameters_started_and_what_it_fitted(tmp_path):
+def test_a_run_keeps_where_its_position_parameters_started_what_it_fitted_and_on_what(tmp_path):
     """The default rule reaches the optimizer: the position group decays towards the start that the checkpoint's
-    optimizer state holds (so a resume pulls towards it too); results.json says how well training fitted."""
+    optimizer state holds (so a resume pulls towards it too); results.json says how well training fitted and on
+    what hardware."""
     out = tmp_path / "run"
     assert main(["--pos", "learned", "--epochs", "1", "--out", str(out), *TINY]) == 0
     ckpt = load_checkpoint(out / "checkpoints" / "last.ckpt")
@@ -152,8 +153,10 @@ def test_a_run_keeps_where_its_position_parameters_started_and_what_it_fitted(tm
     start = opt["state"][index]["start"]
     assert start.shape == table.shape and 0 < (table - start).abs().max() < 1  # moved, and from there
     assert not any("start" in st for i, st in opt["state"].items() if i != index)
-    fitted = json.loads((out / "results.json").read_text())["last_train"]
+    res = json.loads((out / "results.json").read_text())
+    fitted = res["last_train"]
     assert 0 <= fitted["train/top1"] <= 1 and math.isfinite(fitted["train/loss_epoch"])
+    assert res["hardware"] == f"1 x {cpu_name()}" != "1 x unknown CPU"  # where its seconds were spent
 
 
 BAD_INPUT = [

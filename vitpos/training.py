@@ -18,6 +18,7 @@ import io
 import json
 import logging
 import os
+import platform
 import re
 import shutil
 import signal
@@ -493,6 +494,22 @@ def _clock(trainer: L.Trainer) -> TrainClock:
     return next(c for c in trainer.callbacks if isinstance(c, TrainClock))
 
 
+def cpu_name() -> str:
+    """The processor's model name (Linux), else what ``platform`` knows."""
+    info = Path("/proc/cpuinfo")
+    for line in info.read_text().splitlines() if info.exists() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
+def hardware(trainer: L.Trainer) -> str:
+    """What a run trained on, kept in results.json so that its seconds can be read: devices x accelerator."""
+    device = trainer.strategy.root_device
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+    return f"{trainer.world_size} x {name}"
+
+
 # -- the run ---------------------------------------------------------------------------------------------------
 def run(cfg: Config) -> dict:
     """Train (or resume) the run ``cfg`` describes; return its results (also written to results.json)."""
@@ -585,7 +602,7 @@ def _run(cfg: Config, out: Path, pre=None) -> dict:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         raise
     train_seconds = _clock(trainer).seconds()
-    results: dict = {"out": str(out), "train_seconds": round(train_seconds, 1)}
+    results: dict = {"out": str(out), "train_seconds": round(train_seconds, 1), "hardware": hardware(trainer)}
     if cfg.trainer.fast_dev_run:
         return results
     if trainer.global_step == 0:
