@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
 
     study = study_here(runs, earlier, direct)
     study["records"] += [rec for rec in earlier.get("records", []) if rec["checkpoint"] in left_out]
-    finetuned = {(f["run"], f["img_size"]): f for f in earlier.get("finetuned", [])}  # left-out runs keep theirs
+    # runs left out by --runs, or whose checkpoints are gone, keep theirs; runs no longer at the default rule do not
+    current = {r["run"] for r in results["runs"] if at_default_rule(r, b) and r["seed"] in args.seeds}
+    finetuned = {(f["run"], f["img_size"]): f for f in earlier.get("finetuned", []) if f["run"] in current}
     for r in runs:
         if not last_ckpt(r).is_file():
             continue  # its fine-tuned records, if any, stay as recorded

@@ -5,8 +5,9 @@
     python docs/render.py                                # docs/resolution.md and resolution.png
 
 One ``python -m vitpos.evaluate`` sweeps the last checkpoints of docs/results.json's runs at the default position
-rule (reused when finished); also YaRN's per-frequency blend and its two attention temperatures. A run whose
-checkpoint is gone keeps its records from the JSON this study wrote before, at the resolutions swept then.
+rule with a seed in ``--seeds`` (reused when finished); also YaRN's per-frequency blend and its two attention
+temperatures. A run whose checkpoint is gone keeps its records from the JSON this study wrote before, at the
+resolutions swept then.
 """
 
 from __future__ import annotations
@@ -39,12 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", default=str(ROOT / "docs" / "results.json"), help="the runs (benchmarks/results.py)")
     p.add_argument("--resolutions", nargs="+", default=RESOLUTIONS)
     p.add_argument("--limit", type=int, default=300, help="test images per cell")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="the seeds every scheme has")
     p.add_argument("--sweep-dir", default="runs/bench-shapes/resolution")
     p.add_argument("--json", default=str(ROOT / "docs" / "resolution.json"))
     args = p.parse_args(argv)
     results = json.loads(Path(args.results).read_text())
     b = results["budget"]
-    runs = [r for r in results["runs"] if at_default_rule(r, b)]
+    runs = [r for r in results["runs"] if at_default_rule(r, b) and r["seed"] in args.seeds]
     blend = yarn_blend(b["embed_dim"] // b["num_heads"], 100.0, b["img_size"] // b["patch_size"], [1.5, 2])
     sweep = partial(transfer_study, resolutions=args.resolutions, limit=args.limit, sweep_dir=ROOT / args.sweep_dir,
                     temperature_grids=TEMPERATURE_GRIDS)  # fmt: skip

@@ -305,8 +305,10 @@ def test_resolution_study_keeps_the_records_of_runs_whose_checkpoints_are_gone(b
     import resolution_transfer as rt
 
     here = tmp_path / "runs" / "a-seed0" / "checkpoints" / "last.ckpt"
-    here.parent.mkdir(parents=True)
-    here.write_bytes(b"weights")
+    extra = tmp_path / "runs" / "a-seed3" / "checkpoints" / "last.ckpt"
+    for ckpt in (here, extra):
+        ckpt.parent.mkdir(parents=True)
+        ckpt.write_bytes(b"weights")
     gone = tmp_path / "runs" / "b-seed1" / "checkpoints" / "last.ckpt"
     monkeypatch.setattr(rt, "ROOT", tmp_path)
     monkeypatch.setattr(bench, "ROOT", tmp_path)
@@ -314,7 +316,8 @@ def test_resolution_study_keeps_the_records_of_runs_whose_checkpoints_are_gone(b
               "img_size": 32, "patch_size": 4}  # fmt: skip
     runs = [{"run": "runs/a-seed0", "seed": 0, "pos_lr_scale": 30.0, "pos_weight_decay": 0.0},
             {"run": "runs/b-seed1", "seed": 1, "pos_lr_scale": 30.0, "pos_weight_decay": 0.0},
-            {"run": "runs/c-decayed", "seed": 0, "pos_lr_scale": 30.0, "pos_weight_decay": 0.3}]  # fmt: skip
+            {"run": "runs/c-decayed", "seed": 0, "pos_lr_scale": 30.0, "pos_weight_decay": 0.3},
+            {"run": "runs/a-seed3", "seed": 3, "pos_lr_scale": 30.0, "pos_weight_decay": 0.0}]  # fmt: skip
     (tmp_path / "results.json").write_text(json.dumps({"budget": budget, "runs": runs}))
     earlier = {
         "records": [transfer_record("b", 48, 0.5, 1, str(gone)), transfer_record("a", 48, 0.1, 0, str(here))],
@@ -330,7 +333,7 @@ def test_resolution_study_keeps_the_records_of_runs_whose_checkpoints_are_gone(b
     monkeypatch.setattr(rt, "transfer_study", transfer_study)
     argv = ["--results", str(tmp_path / "results.json"), "--json", str(tmp_path / "resolution.json")]
     assert rt.main(argv) == 0
-    assert swept == ["runs/a-seed0"]  # the run that is here; the decayed run is not at the default rule
+    assert swept == ["runs/a-seed0"]  # here; the decayed run is not at the default rule, seed 3 not in --seeds
     out = json.loads((tmp_path / "resolution.json").read_text())
     assert [(r["scheme"], r["height"]) for r in out["records"]] == [("a", 96), ("b", 48)]  # the new sweep replaces a's
     assert [t["checkpoint"] for t in out["yarn_temperature"]] == [str(gone)]
@@ -472,7 +475,8 @@ def test_finetune_study_with_runs_keeps_the_records_of_the_schemes_it_leaves_out
     learned_ckpt = str(tmp_path / "runs/learned-patch-lr30-seed0/checkpoints/last.ckpt")
     kept = {"run": "runs/learned-patch-lr30-seed0", "pos": "learned", "stem": "patch", "seed": 0, "img_size": 64,
             "test_top1": 0.7}  # fmt: skip
-    earlier = {"records": [transfer_record("learned", 64, 0.3, 0, learned_ckpt)], "finetuned": [kept]}
+    stale = kept | {"run": "runs/rope2d-patch-lr1-seed0"}  # a run that is not at the default rule (any more)
+    earlier = {"records": [transfer_record("learned", 64, 0.3, 0, learned_ckpt)], "finetuned": [kept, stale]}
     (tmp_path / "finetune.json").write_text(json.dumps(earlier))
     trained, swept = [], []
     monkeypatch.setattr(finetune, "train_run", lambda run_dir, flags: trained.append(run_dir.name) or {"test_top1": 1})
@@ -488,7 +492,7 @@ def test_finetune_study_with_runs_keeps_the_records_of_the_schemes_it_leaves_out
     assert swept == ["rope2d"] and trained == [f"rope2d-patch-seed0-ft{s}" for s in (32, 48, 64)]
     d = json.loads((tmp_path / "finetune.json").read_text())
     assert sorted(r["scheme"] for r in d["records"]) == ["learned", "rope2d"]  # the left-out run's sweep is kept
-    assert kept in d["finetuned"] and len(d["finetuned"]) == 4
+    assert kept in d["finetuned"] and stale not in d["finetuned"] and len(d["finetuned"]) == 4
     text = "\n".join(b if isinstance(b, str) else "\n".join(b) for b in render.finetune_section(d, read_json(tmp_path)))
     assert "- `learned`: one seed at 64 px, so not compared." in text  # and nothing said of 48 px, where it has none
     with pytest.raises(SystemExit):
