@@ -62,6 +62,8 @@ SWEEP += [f"{pos}:patch:30:{seed}:decay=0.3:to=zero:ramp=0" for pos, seed in ZER
 # A stronger decay towards the start (1), tried beside the default and not taken, on the `relbias` seed that
 # plateaus most easily.
 SWEEP += ["relbias:patch:30:1:decay=1:to=start:ramp=0"]
+# The default rule on the compositions with a learned table over seeds 3-4 too: 5 seeds, as their rule-off runs have.
+SWEEP += [f"{pos}:patch:30:{seed}" for pos in COMPOSED for seed in (3, 4)]
 
 
 def parse_sweep(item: str) -> tuple[str, int, dict]:
