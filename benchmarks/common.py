@@ -77,7 +77,7 @@ def train_run(run_dir: Path, flags: list[str], retrain: bool = False) -> dict:
     return {"best_val_top1": res["best_val_top1"], "test_top1": res["test"]["test/top1"],
             "train_top1": res.get("last_train", {}).get("train/top1"),
             "train_seconds": res["train_seconds"], "steps": res["global_step"],
-            **({"hardware": res["hardware"]} if "hardware" in res else {}),  # recorded since results.json has it
+            **({"hardware": res["hardware"]} if "hardware" in res else {}),  # older results.json files lack it
             "run": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir)}  # fmt: skip
 
 

@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     results = json.loads(Path(args.results).read_text())
     b, out = results["budget"], ROOT / args.out
     runs = [r for r in results["runs"] if at_default_rule(r, b) and r["seed"] in args.seeds]
+    current = {r["run"] for r in runs}  # the runs the page holds, --runs aside
     earlier = earlier_record(args.json)
     left_out = {str(last_ckpt(r)) for r in runs if picked and (r["pos"], r["stem"]) not in picked}
     runs = [r for r in runs if str(last_ckpt(r)) not in left_out]
@@ -60,7 +61,6 @@ def main(argv: list[str] | None = None) -> int:
     study = study_here(runs, earlier, direct)
     study["records"] += [rec for rec in earlier.get("records", []) if rec["checkpoint"] in left_out]
     # runs left out by --runs, or whose checkpoints are gone, keep theirs; runs no longer at the default rule do not
-    current = {r["run"] for r in results["runs"] if at_default_rule(r, b) and r["seed"] in args.seeds}
     finetuned = {(f["run"], f["img_size"]): f for f in earlier.get("finetuned", []) if f["run"] in current}
     for r in runs:
         if not last_ckpt(r).is_file():
