@@ -6,11 +6,12 @@ fine-tune there (``train.py --init-from``); JSON.
 
 For every run of docs/results.json at the default rule with a seed in ``--seeds``: one ``python -m vitpos.evaluate``
 tests the last checkpoints at each ``--sizes`` with every transfer method on the whole test split; then
-``python train.py --init-from RUN/checkpoints/last.ckpt --img-size R`` trains one more epoch (``FINETUNE``) at each
+``python train.py --init-from RUN/checkpoints/last.ckpt --img-size R`` trains one more epoch (``--ft-*``) at each
 size, and at the training size too: the control, the same epoch without a new grid (on ``--accelerator``; each
 fine-tuning record keeps the hardware its run names in results.json). Finished runs are reused; a run
 whose checkpoint is gone, or whose scheme ``--runs`` leaves out, keeps its records from the JSON this study wrote
-before.
+before. The fine-tuning flags are written beside the runs (``--out``/protocol.json): another protocol needs its own
+``--out``, and keeps no fine-tuning record made with the old one.
 """
 
 from __future__ import annotations
@@ -32,8 +33,6 @@ from common import (  # noqa: E402
     write_record,
 )
 
-FINETUNE = ["--epochs", "1", "--lr", "0.00025", "--warmup-epochs", "0.1"]  # a quarter of the peak lr, one epoch
-
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
@@ -45,13 +44,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/bench-shapes/finetune", help="folder of the fine-tuning runs")
     p.add_argument("--json", default=str(ROOT / "docs" / "finetune.json"))
     p.add_argument("--accelerator", default="cpu", help="where the fine-tuning runs train (train.py --accelerator)")
+    p.add_argument("--ft-epochs", type=int, default=1, help="epochs of each fine-tuning run")
+    p.add_argument("--ft-lr", type=float, default=2.5e-4, help="its peak lr (default: a quarter of the 32 px runs')")
+    p.add_argument("--ft-warmup-epochs", type=float, default=0.1, help="its warmup")
     args = p.parse_args(argv)
+    protocol = ["--epochs", str(args.ft_epochs), "--lr", str(args.ft_lr), "--warmup-epochs", str(args.ft_warmup_epochs)]
     picked = set(run_specs(p, args.runs or []))
     results = json.loads(Path(args.results).read_text())
     b, out = results["budget"], ROOT / args.out
     runs = [r for r in results["runs"] if at_default_rule(r, b) and r["seed"] in args.seeds]
     current = {r["run"] for r in runs}  # the runs the page holds, --runs aside
     earlier = earlier_record(args.json)
+    # Fine-tuning runs are reused by folder name, so a folder holds one protocol; an older folder without its
+    # manifest is taken to hold the protocol of the JSON made from it.
+    manifest = out / "protocol.json"
+    before = json.loads(manifest.read_text()) if manifest.is_file() else earlier.get("finetune", protocol)
+    if before != protocol and any(out.glob("*-ft*/results.json")):
+        p.error(f"{args.out} holds fine-tuning runs made with {' '.join(before)}: pass another --out for this protocol")
+    out.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps(protocol))
     left_out = {str(last_ckpt(r)) for r in runs if picked and (r["pos"], r["stem"]) not in picked}
     runs = [r for r in runs if str(last_ckpt(r)) not in left_out]
 
@@ -61,18 +72,19 @@ def main(argv: list[str] | None = None) -> int:
     study = study_here(runs, earlier, direct)
     study["records"] += [rec for rec in earlier.get("records", []) if rec["checkpoint"] in left_out]
     # runs left out by --runs, or whose checkpoints are gone, keep theirs; runs no longer at the default rule do not
-    finetuned = {(f["run"], f["img_size"]): f for f in earlier.get("finetuned", []) if f["run"] in current}
+    same = earlier.get("finetune", protocol) == protocol  # the direct sweep does not depend on the protocol
+    finetuned = {(f["run"], f["img_size"]): f for f in earlier.get("finetuned", []) if f["run"] in current and same}
     for r in runs:
         if not last_ckpt(r).is_file():
             continue  # its fine-tuned records, if any, stay as recorded
         for size in [b["img_size"], *args.sizes]:
-            flags = ["--init-from", str(last_ckpt(r)), "--img-size", str(size), "--seed", str(r["seed"]), *FINETUNE]
+            flags = ["--init-from", str(last_ckpt(r)), "--img-size", str(size), "--seed", str(r["seed"]), *protocol]
             flags += ["--accelerator", args.accelerator] if args.accelerator != "cpu" else []
             res = train_run(out / f"{Path(r['run']).name}-ft{size}", flags)
             finetuned[r["run"], size] = {"run": r["run"], "pos": r["pos"], "stem": r["stem"], "seed": r["seed"],
                                          "img_size": size, "test_top1": res["test_top1"],
                                          "hardware": res.get("hardware")}  # fmt: skip
-    write_record(args.json, "finetune.py", argv, train_resolution=b["img_size"], sizes=args.sizes, finetune=FINETUNE,
+    write_record(args.json, "finetune.py", argv, train_resolution=b["img_size"], sizes=args.sizes, finetune=protocol,
                  records=study["records"], finetuned=list(finetuned.values()))  # fmt: skip
     return 0
 

@@ -374,15 +374,17 @@ def finetune_section(ft: dict, results: dict | None) -> list[Block]:
                 by["fine-tuned and tested directly not separated at {} px"].append(f"{s}")
         verdicts += [f"- {label(*k)}: {v.format(' and '.join(at))}." for v, at in by.items()]
         rows.append([label(*k), *cells])
-    heads = ["scheme", f"{train} px", f"{train} px +1 epoch"]
+    n = int(ft["finetune"][ft["finetune"].index("--epochs") + 1])
+    more = "one more epoch" if n == 1 else f"{n} more epochs"
+    heads = ["scheme", f"{train} px", f"{train} px +{n} epoch{'s' if n > 1 else ''}"]
     heads += [h for s in sizes for h in (f"{s} px directly", f"{s} px fine-tuned")]
     return [
         "## Fine-tuning at a new size (Swin v2's Table 1 protocol)",
         rule_line([Path(run).name for run in trained], results, ft["command"]),
         f"Made by `{ft['command']}`. Each {train} px run tested directly at each size (its default method, the "
-        f"whole test split) and after one more epoch there (`train.py --init-from RUN/checkpoints/last.ckpt "
+        f"whole test split) and after {more} there (`train.py --init-from RUN/checkpoints/last.ckpt "
         f"--img-size R {' '.join(ft['finetune'])}`, which carries the scheme's parameters to the new grid by its "
-        f"default method); `{train} px +1 epoch`: the same epoch at the training size, the control for the extra "
+        f"default method); `{heads[2]}`: the same training at the training size, the control for the extra "
         "training. Test top-1, mean [95 % interval] (seeds)." + hardware_line(ft["finetuned"]),
         table(heads, rows),
         verdicts,

@@ -499,6 +499,43 @@ def test_finetune_study_with_runs_keeps_the_records_of_the_schemes_it_leaves_out
         finetune.main([*argv, "--runs", "rope9:patch"])
 
 
+def test_finetune_study_keeps_one_protocol_per_folder_and_no_record_of_another(bench, tmp_path, monkeypatch, capsys):
+    import render
+
+    runs = [{"run": f"runs/rope2d-patch-seed{k}", "pos": "rope2d", "stem": "patch", "seed": k, "pos_lr_scale": 30.0,
+             "pos_weight_decay": 0.0, "test_top1": 0.9} for k in (0, 1)]  # fmt: skip
+    finetune = finetune_here(bench, tmp_path, monkeypatch, runs)
+    flags_seen = []
+
+    def train_run(run_dir, flags):
+        flags_seen.append(flags)
+        (run_dir / "results.json").parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / "results.json").write_text("{}")
+        return {"test_top1": 0.5}
+
+    monkeypatch.setattr(finetune, "train_run", train_run)
+    monkeypatch.setattr(finetune, "transfer_study", lambda *a, **k: {"records": [], "yarn_temperature": []})
+    argv = ["--results", str(tmp_path / "results.json"), "--json", str(tmp_path / "finetune.json")]
+    assert finetune.main(argv) == 0
+    assert flags_seen[0][-6:] == ["--epochs", "1", "--lr", "0.00025", "--warmup-epochs", "0.1"]
+    first = json.loads((tmp_path / "finetune.json").read_text())
+    assert first["finetune"] == flags_seen[0][-6:] and len(first["finetuned"]) == 6
+    (tmp_path / runs[1]["run"] / "checkpoints" / "last.ckpt").unlink()  # its records would stay under this protocol
+
+    with pytest.raises(SystemExit):  # the default folder holds the runs of the first protocol
+        finetune.main([*argv, "--ft-lr", "0.001"])
+    assert "pass another --out" in capsys.readouterr().err
+    flags_seen.clear()
+    assert finetune.main([*argv, "--ft-lr", "0.001", "--ft-epochs", "2", "--out", "runs/ft-lr1e-3"]) == 0
+    assert all(f[-6:] == ["--epochs", "2", "--lr", "0.001", "--warmup-epochs", "0.1"] for f in flags_seen)
+    assert len(flags_seen) == 3  # seed 0 again, nothing reused from the first folder
+    second = json.loads((tmp_path / "finetune.json").read_text())
+    assert second["finetune"][:4] == ["--epochs", "2", "--lr", "0.001"]
+    assert {f["run"] for f in second["finetuned"]} == {runs[0]["run"]}  # seed 1's records were of the first protocol
+    text = "\n".join(b if isinstance(b, str) else "\n".join(b) for b in render.finetune_section(second, None))
+    assert "after 2 more epochs there" in text and "| 32 px +2 epochs |" in text  # the page states the protocol
+
+
 def read_json(folder: Path) -> dict:
     return json.loads((folder / "results.json").read_text())
 
