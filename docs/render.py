@@ -262,7 +262,7 @@ def render_results(d: dict, folder: Path) -> str:
         "running top-1 on the training images (what the model fitted; the gap to test is what it did not "
         "generalise). Train time: wall time of `Trainer.fit` (training and per-epoch validation) with one thread "
         "per run, two runs at a time, alongside other jobs: it varies with the machine's load, not only with the "
-        "scheme.",
+        "scheme." + hardware_line([r for k in trained for r in by[(*k, default)]], "the runs in this table"),
         table(["scheme", "test top-1", "best val top-1", "train top-1", "train time"],
               [run_row(k, by[(*k, default)], interval(fitted[k])) for k in trained]),
         "## The position rule",
@@ -391,13 +391,16 @@ def finetune_section(ft: dict, results: dict | None) -> list[Block]:
     ]
 
 
-def hardware_line(finetuned: list[dict]) -> str:
-    """Where the fine-tuning runs trained, as their results.json name it (with how many on each), if recorded."""
-    count = Counter(f["hardware"] for f in finetuned if f.get("hardware"))
-    if not count:
+def hardware_line(runs: list[dict], who: str = "the fine-tuning runs") -> str:
+    """Where ``runs`` trained, as their results.json name it (with how many on each), if any of them does."""
+    count = Counter(r.get("hardware") for r in runs)
+    named = [(hw, n) for hw, n in count.most_common() if hw]
+    if not named:
         return ""
-    where = ", ".join(f"{hw} ({n} runs)" for hw, n in count.most_common())
-    return f" The fine-tuning runs trained on {where}."
+    where = ", ".join(f"{hw} ({n} run{'s' if n > 1 else ''})" for hw, n in named)
+    # records a study kept from an invocation older than the hardware field
+    older = f"; not recorded for {count[None]} older ones" if count[None] else ""
+    return f" Where {who} trained: {where}{older}."
 
 
 def published_section(recs: list[dict], train: int) -> list[Block]:
@@ -513,7 +516,7 @@ def render_fashion_mnist(d: dict, folder: Path) -> str:
         "by validation. Data: Debian's `dataset-fashion-mnist` (the original idx files, read offline). Chance is 10 %.",
         "Cells: mean in % over seeds, [95 % t-interval], (seeds). Last 3 epochs: how much the mean validation top-1 "
         "moved over the last three epochs, the test of a flattened curve. Train time: one thread per run, two runs "
-        "at a time, alongside other jobs.",
+        "at a time, alongside other jobs." + hardware_line(d["runs"], "the runs"),
         table(["scheme", "test top-1", "best val top-1", "last 3 epochs", "train time"],
               [run_row(k, by[k], f"{100 * drift[k]:+.1f}") for k in order]),
         f"Still moving by 1 point or more over the last three epochs: {', '.join(moving)}." if moving

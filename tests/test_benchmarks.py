@@ -155,6 +155,15 @@ def test_render_writes_the_pages_whose_json_is_there_and_no_other(bench, tmp_pat
     assert (tmp_path / "diagnostics.md").read_text() == render.PAGES["diagnostics"](DIAGNOSTICS, tmp_path)
 
 
+def test_hardware_line_counts_each_machine_and_the_runs_that_name_none(bench):
+    import render
+
+    runs = [{"hardware": "1 x GPU"}] * 3 + [{"hardware": "1 x CPU"}] + [{}] * 2
+    line = render.hardware_line(runs, "the runs")
+    assert line == " Where the runs trained: 1 x GPU (3 runs), 1 x CPU (1 run); not recorded for 2 older ones."
+    assert render.hardware_line([{}, {}]) == ""  # nothing to say where no run names its machine
+
+
 def test_diagnostics_takes_each_schemes_seed_0_run_at_the_default_rule(bench, tmp_path, monkeypatch):
     import diagnostics
     import render
@@ -462,7 +471,7 @@ def test_finetune_study_tests_directly_and_fine_tunes_each_run_and_renders(bench
         in text
     )
     assert "- `rope2d`: fine-tuned above tested directly at 48 and 64 px." in text
-    assert "The fine-tuning runs trained on 1 x CPU (4 runs), 1 x GPU (2 runs)." in text  # as each results.json says
+    assert "Where the fine-tuning runs trained: 1 x CPU (4 runs), 1 x GPU (2 runs)." in text  # as results.json says
 
 
 def test_finetune_study_with_runs_keeps_the_records_of_the_schemes_it_leaves_out(bench, tmp_path, monkeypatch):
