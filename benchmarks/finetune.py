@@ -6,8 +6,8 @@ fine-tune there (``train.py --init-from``); JSON.
 
 For every run of docs/results.json at the default rule with a seed in ``--seeds``: one ``python -m vitpos.evaluate``
 tests the last checkpoints at each ``--sizes`` with every transfer method on the whole test split; then
-``python train.py --init-from RUN/checkpoints/last.ckpt --img-size R`` trains one more epoch (``--ft-*``) at each
-size, and at the training size too: the control, the same epoch without a new grid (on ``--accelerator``; each
+``python train.py --init-from RUN/checkpoints/last.ckpt --img-size R`` fine-tunes (``--ft-*``, default one epoch) at
+each size, and at the training size too: the control, the same training without a new grid (on ``--accelerator``; each
 fine-tuning record keeps the hardware its run names in results.json). Finished runs are reused; a run
 whose checkpoint is gone, or whose scheme ``--runs`` leaves out, keeps its records from the JSON this study wrote
 before. The fine-tuning flags are written beside the runs (``--out``/protocol.json): another protocol needs its own

@@ -375,8 +375,9 @@ def finetune_section(ft: dict, results: dict | None) -> list[Block]:
         verdicts += [f"- {label(*k)}: {v.format(' and '.join(at))}." for v, at in by.items()]
         rows.append([label(*k), *cells])
     n = int(ft["finetune"][ft["finetune"].index("--epochs") + 1])
-    more = "one more epoch" if n == 1 else f"{n} more epochs"
-    heads = ["scheme", f"{train} px", f"{train} px +{n} epoch{'s' if n > 1 else ''}"]
+    unit = "epoch" if n == 1 else "epochs"
+    more = f"{'one' if n == 1 else n} more {unit}"
+    heads = ["scheme", f"{train} px", f"{train} px +{n} {unit}"]
     heads += [h for s in sizes for h in (f"{s} px directly", f"{s} px fine-tuned")]
     return [
         "## Fine-tuning at a new size (Swin v2's Table 1 protocol)",
