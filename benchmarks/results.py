@@ -64,6 +64,14 @@ SWEEP += [f"{pos}:patch:30:{seed}:decay=0.3:to=zero:ramp=0" for pos, seed in ZER
 SWEEP += ["relbias:patch:30:1:decay=1:to=start:ramp=0"]
 # The default rule on the compositions with a learned table over seeds 3-4 too: 5 seeds, as their rule-off runs have.
 SWEEP += [f"{pos}:patch:30:{seed}" for pos in COMPOSED for seed in (3, 4)]
+# The default rule with its scale ramped in over 3 epochs: a lower early lr, so that RoPE, not the learned table beside
+# it, carries position in `rope2d+learned` (5 seeds, as its rule-off runs have), and `learned` over seeds; against
+# them, every `relbias` seed, whose plateau a lower early lr may not leave. Over 1 epoch on the seeds where the two
+# pull apart. Seed 0 of every other scheme with position parameters.
+SWEEP += [f"rope2d+learned:patch:30:{seed}:ramp=3" for seed in range(5)]
+SWEEP += [f"{pos}:patch:30:{seed}:ramp=3" for pos in ("relbias", "learned") for seed in range(3)]
+SWEEP += [f"{pos}:patch:30:1:ramp=1" for pos in ("relbias", "rope2d+learned")]
+SWEEP += [f"{pos}:patch:30:0:ramp=3" for pos in WITH_PARAMS if pos not in ("learned", "relbias", "rope2d+learned")]
 
 
 def parse_sweep(item: str) -> tuple[str, int, dict]:

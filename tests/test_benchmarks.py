@@ -265,6 +265,37 @@ def test_results_page_holds_every_rule_against_the_default(bench):
     assert "| `peg` | – | – |" in lines  # nothing to hold it against
 
 
+def test_results_page_says_what_each_rule_leaves_short(bench):
+    """Per rule: `learned`/`relbias` seeds under 90 %, and the schemes below the rule off's interval (one seed:
+    below its low end; seeds on both sides: only where the intervals separate)."""
+    import render
+
+    def run(pos: str, seed: int, top1: float, scale: float = 30.0, **rule) -> dict:
+        return {"spec": f"{pos}:patch", "pos": pos, "stem": "patch", "seed": seed, "pos_lr_scale": scale,
+                "pos_params": True, "best_val_top1": top1, "test_top1": top1, "train_top1": 1.0,
+                "train_seconds": 1.0, "pos_weight_decay": 0.3, "pos_decay_to": "start", **rule}  # fmt: skip
+
+    ramp = {"pos_lr_warmup_epochs": 3.0}
+    record = json.loads((ROOT / "docs" / "results.json").read_text())
+    record["budget"] |= {"default_pos_lr_scale": 30.0, "default_pos_weight_decay": 0.3,
+                         "default_pos_decay_to": "start", "default_pos_lr_warmup_epochs": 0.0}  # fmt: skip
+    off = {"pos_weight_decay": 0.0, "pos_decay_to": "none"}
+    record["runs"] = [run("relbias", k, 0.99) for k in range(3)] + [run("relbias", 1, 0.25, **ramp)]
+    record["runs"] += [run("learned", 0, 0.95), run("learned", 0, 0.89, **ramp)]
+    record["runs"] += [run("rope2d+learned", k, v) for k, v in enumerate((0.95, 0.96, 0.97))]
+    record["runs"] += [run("rope2d+learned", k, v, scale=1.0, **off) for k, v in enumerate((0.990, 0.992, 0.991))]
+    record["runs"] += [run("rope2d+learned", 0, 0.985, **ramp)]  # one seed under the low end: short
+    record["runs"] += [run("cpb", k, v) for k, v in enumerate((0.90, 0.97, 0.99))]  # mean under, not separated
+    record["runs"] += [run("cpb", k, v, scale=1.0, **off) for k, v in enumerate((0.98, 0.985, 0.99))]
+    lines = render.render_results(record, ROOT / "docs").splitlines()
+    assert ("| x 30, 0.3 to start (default) | none | `rope2d+learned` 96.0 [93.5, 98.5] (3) against [98.9, 99.3] | 10 |"
+            in lines)  # fmt: skip
+    assert (
+        "| x 30, ramped over 3 epochs, 0.3 to start | `learned` seed 0 (89.0); `relbias` seed 1 (25.0) | "
+        "`rope2d+learned` 98.5 (1) against [98.9, 99.3] | 3 |"
+    ) in lines
+
+
 def test_results_page_says_which_other_schemes_have_every_seed(bench):
     import render
 
