@@ -1,6 +1,6 @@
 """Train every position scheme on the embedded `shapes` set with the default budget, over seeds; write JSON.
 
-    python benchmarks/results.py                    # docs/results.json; then: python docs/render.py
+    python benchmarks/results.py --jobs 2           # docs/results.json; then: python docs/render.py
 
 Each run is ``python train.py --pos P --stem S --seed K`` with nothing else. The six main runs get every seed, every
 other scheme the first seed, and the ``--top`` of those by validation top-1 every seed too (chosen once and kept in
@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from common import (  # noqa: E402
@@ -118,10 +120,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="further runs under other position rules (--pos-lr-scale, --pos-weight-decay, --pos-decay-to, "
                         "--pos-lr-warmup-epochs; what is not named: the default's)")  # fmt: skip
     p.add_argument("--out", default="runs/bench-shapes", help="folder of the training runs")
+    p.add_argument("--jobs", type=int, default=1, help="trainings at once, each with cores / jobs threads")
     p.add_argument("--json", default=str(ROOT / "docs" / "results.json"))
     p.add_argument("--retrain", action="store_true")
     p.add_argument("--repick", action="store_true", help="choose the --top others again instead of the recorded ones")
     args = p.parse_args(argv)
+    if args.jobs < 1:
+        p.error(f"--jobs must be at least 1, got {args.jobs}")
     args.more_seeds = args.others if args.more_seeds is None else args.more_seeds
     run_specs(p, args.runs + args.others + args.more_seeds)
     cfg, out = Config(), ROOT / args.out
@@ -134,10 +139,10 @@ def main(argv: list[str] | None = None) -> int:
                           **{f"default_{k}": v for k, v in default.items()})  # fmt: skip
     recorded = {} if args.retrain else {r["run"]: r for r in recorded_runs(Path(args.json), budget)}
     runs: dict[tuple, dict] = {}  # in the order trained: the pages list them so
+    if args.jobs > 1:  # the cores shared out: each training inherits this (common.run passes os.environ on)
+        os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // args.jobs))
 
-    def train(spec: str, seed: int, rule: dict = default) -> None:
-        if (spec, seed, *rule.values()) in runs:
-            return
+    def train(spec: str, seed: int, rule: dict) -> dict:
         pos, _, stem = spec.partition(":")
         flags = ["--pos", pos, "--stem", stem, "--seed", str(seed)]
         if has_pos_params(spec):
@@ -151,26 +156,26 @@ def main(argv: list[str] | None = None) -> int:
         rel = str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir)
         if not (run_dir / "results.json").is_file() and rel in recorded:
             print(f"reusing the recorded run {rel}", flush=True)
-            runs[(spec, seed, *rule.values())] = recorded[rel] | key
-        else:
-            runs[(spec, seed, *rule.values())] = key | train_run(run_dir, flags, args.retrain)
+            return recorded[rel] | key
+        return key | train_run(run_dir, flags, args.retrain)
 
-    for spec in args.runs:
-        for seed in args.seeds:
-            train(spec, seed)
-    for spec in args.others:
-        train(spec, args.seeds[0])
+    def train_all(jobs: list[tuple[str, int, dict]]) -> None:
+        """Train the (spec, seed, rule) jobs not trained yet, --jobs at a time, into ``runs`` in the jobs' order."""
+        todo = {(spec, seed, *rule.values()): (spec, seed, rule) for spec, seed, rule in jobs}
+        todo = {k: job for k, job in todo.items() if k not in runs}
+        with ThreadPoolExecutor(args.jobs) as pool:
+            runs.update(zip(todo, pool.map(lambda job: train(*job), todo.values()), strict=True))
+
+    # Two rounds: which others get every seed depends on the first round's seed-0 runs.
+    train_all([(s, seed, default) for s in args.runs for seed in args.seeds]
+              + [(s, args.seeds[0], default) for s in args.others])  # fmt: skip
     top = earlier_record(args.json).get("top_others", [])  # the choice made before, kept unless it no longer fits
     if args.repick or len(top) != args.top or not set(top) <= set(args.others):
         top = sorted(args.others, key=lambda s: -runs[(s, args.seeds[0], *default.values())]["best_val_top1"])
         top = top[: args.top]
-    for spec in top + [s for s in args.more_seeds if s not in top]:
-        for seed in args.seeds:
-            train(spec, seed)
-    for spec in with_params if args.ablation is None else [s for s in args.ablation if s in with_params]:
-        train(spec, 0, off)
-    for item in args.sweep:
-        train(*parse_sweep(item))
+    ablation = with_params if args.ablation is None else [s for s in args.ablation if s in with_params]
+    train_all([(s, seed, default) for s in top + [s for s in args.more_seeds if s not in top] for seed in args.seeds]
+              + [(s, 0, off) for s in ablation] + [parse_sweep(item) for item in args.sweep])  # fmt: skip
     write_record(args.json, "results.py", argv, budget=budget, main_runs=args.runs, top_others=top,
                  runs=list(runs.values()))  # fmt: skip
     return 0

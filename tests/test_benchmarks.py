@@ -609,6 +609,52 @@ def test_results_study_trains_main_top_and_more_seeds_schemes_with_every_seed(be
         pos: [0, 1] for pos in ("rope2d", "rope2d-mixed", "liere", "cpb", "lookhere")}  # fmt: skip
 
 
+def test_results_study_with_jobs_trains_at_once_and_records_as_one_at_a_time(bench, tmp_path, monkeypatch, capsys):
+    """--jobs 2: two trainings overlap, each with half the cores, and the record (runs, order, top pick) is the one a
+    single job writes; --jobs 0 is a one-line error."""
+    import threading
+    import time
+
+    import results
+
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")  # restored after the test
+    monkeypatch.setattr(results.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    val = {"rope2d-mixed": 0.99, "liere": 0.98}
+    busy, most, threads, lock = [0], [0], set(), threading.Lock()
+
+    def train_run(run_dir, flags, retrain=False):
+        with lock:
+            busy[0] += 1
+            most[0] = max(most[0], busy[0])
+            threads.add(results.os.environ["OMP_NUM_THREADS"])
+        time.sleep(0.05)
+        with lock:
+            busy[0] -= 1
+        pos = flags[flags.index("--pos") + 1]
+        return {"run": run_dir.name, "best_val_top1": val.get(pos, 0.5), "test_top1": 0.9}
+
+    monkeypatch.setattr(results, "train_run", train_run)
+    argv = ["--runs", "rope2d:patch", "--seeds", "0", "1", "--others", "liere:patch", "rope2d-mixed:patch", "--top",
+            "1", "--more-seeds", "--ablation", "liere:patch", "--sweep", "learned:patch:10:0", "--retrain"]  # fmt: skip
+    records = []
+    for jobs in ("1", "2"):
+        most[0] = 0
+        out = tmp_path / f"jobs{jobs}.json"
+        assert results.main([*argv, "--json", str(out), "--jobs", jobs]) == 0
+        records.append(json.loads(out.read_text()))
+        assert most[0] == int(jobs)
+    assert threads == {"7", "2"}  # one job: the environment as it was; two: 4 cores / 2 each
+    assert records[0]["runs"] == records[1]["runs"] and records[0]["top_others"] == records[1]["top_others"]
+    assert [r["run"] for r in records[1]["runs"]][:5] == ["rope2d-patch-seed0", "rope2d-patch-seed1",
+                                                           "liere-patch-lr30-wd0.3-start-seed0",
+                                                           "rope2d-mixed-patch-lr30-wd0.3-start-seed0",
+                                                           "rope2d-mixed-patch-lr30-wd0.3-start-seed1"]  # fmt: skip
+    with pytest.raises(SystemExit):
+        results.main([*argv, "--jobs", "0"])
+    assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
+
+
 def test_results_study_keeps_its_recorded_top_others_unless_told_to_repick(bench, tmp_path, monkeypatch):
     import results
 
