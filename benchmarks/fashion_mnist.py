@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/bench-fmnist")
     p.add_argument("--json", default=str(ROOT / "docs" / "fashion_mnist.json"))
     args = p.parse_args(argv)
+    if args.jobs < 1:
+        p.error(f"--jobs must be at least 1, got {args.jobs}")
     run_specs(p, args.runs + args.single)
     out = ROOT / args.out
     threads = str(max(1, len(os.sched_getaffinity(0)) // args.jobs))

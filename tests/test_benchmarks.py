@@ -609,9 +609,9 @@ def test_results_study_trains_main_top_and_more_seeds_schemes_with_every_seed(be
         pos: [0, 1] for pos in ("rope2d", "rope2d-mixed", "liere", "cpb", "lookhere")}  # fmt: skip
 
 
-def test_results_study_with_jobs_trains_at_once_and_records_as_one_at_a_time(bench, tmp_path, monkeypatch, capsys):
+def test_results_study_with_jobs_trains_at_once_and_records_as_one_at_a_time(bench, tmp_path, monkeypatch):
     """--jobs 2: two trainings overlap, each with half the cores, and the record (runs, order, top pick) is the one a
-    single job writes; --jobs 0 is a one-line error."""
+    single job writes."""
     import threading
     import time
 
@@ -650,9 +650,15 @@ def test_results_study_with_jobs_trains_at_once_and_records_as_one_at_a_time(ben
                                                            "liere-patch-lr30-wd0.3-start-seed0",
                                                            "rope2d-mixed-patch-lr30-wd0.3-start-seed0",
                                                            "rope2d-mixed-patch-lr30-wd0.3-start-seed1"]  # fmt: skip
-    with pytest.raises(SystemExit):
-        results.main([*argv, "--jobs", "0"])
-    assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("study", ["results", "fashion_mnist"])
+def test_studies_refuse_fewer_than_one_job_in_one_line(bench, study, capsys):
+    import importlib
+
+    with pytest.raises(SystemExit) as exit_:
+        importlib.import_module(study).main(["--jobs", "0"])
+    assert exit_.value.code == 2 and "--jobs must be at least 1, got 0" in capsys.readouterr().err
 
 
 def test_results_study_keeps_its_recorded_top_others_unless_told_to_repick(bench, tmp_path, monkeypatch):
