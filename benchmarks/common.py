@@ -67,6 +67,13 @@ def round_robin(fns: dict[str, Callable[[], object]], rounds: int, clock=time.pe
     return out
 
 
+def cores_per_job(p: argparse.ArgumentParser, jobs: int) -> int:
+    """The threads each of ``jobs`` trainings at once gets (the cores shared out), or the parser's one-line error."""
+    if jobs < 1:
+        p.error(f"--jobs must be at least 1, got {jobs}")
+    return max(1, len(os.sched_getaffinity(0)) // jobs)
+
+
 def train_run(run_dir: Path, flags: list[str], retrain: bool = False) -> dict:
     """``python train.py FLAGS --out RUN_DIR`` unless RUN_DIR already holds a finished run; what a page uses of it."""
     if retrain or not (run_dir / "results.json").is_file():

@@ -23,6 +23,7 @@ from pathlib import Path
 from common import (  # noqa: E402  (benchmarks/ is on sys.path as a script)
     MAIN_RUNS,
     ROOT,
+    cores_per_job,
     earlier_record,
     has_pos_params,
     run_specs,
@@ -87,12 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/bench-fmnist")
     p.add_argument("--json", default=str(ROOT / "docs" / "fashion_mnist.json"))
     args = p.parse_args(argv)
-    if args.jobs < 1:
-        p.error(f"--jobs must be at least 1, got {args.jobs}")
+    threads = cores_per_job(p, args.jobs)
     run_specs(p, args.runs + args.single)
     out = ROOT / args.out
-    threads = str(max(1, len(os.sched_getaffinity(0)) // args.jobs))
-    os.environ["OMP_NUM_THREADS"] = threads  # inherited by each training (common.run passes os.environ on)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # inherited by each training (common.run passes os.environ on)
 
     budget = study_of(args.eval_limit)
     earlier = earlier_record(args.json)

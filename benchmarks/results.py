@@ -25,6 +25,7 @@ from pathlib import Path
 from common import (  # noqa: E402
     MAIN_RUNS,
     ROOT,
+    cores_per_job,
     earlier_record,
     has_pos_params,
     run_specs,
@@ -125,8 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--retrain", action="store_true")
     p.add_argument("--repick", action="store_true", help="choose the --top others again instead of the recorded ones")
     args = p.parse_args(argv)
-    if args.jobs < 1:
-        p.error(f"--jobs must be at least 1, got {args.jobs}")
+    threads = cores_per_job(p, args.jobs)
     args.more_seeds = args.others if args.more_seeds is None else args.more_seeds
     run_specs(p, args.runs + args.others + args.more_seeds)
     cfg, out = Config(), ROOT / args.out
@@ -139,8 +139,8 @@ def main(argv: list[str] | None = None) -> int:
                           **{f"default_{k}": v for k, v in default.items()})  # fmt: skip
     recorded = {} if args.retrain else {r["run"]: r for r in recorded_runs(Path(args.json), budget)}
     runs: dict[tuple, dict] = {}  # in the order trained: the pages list them so
-    if args.jobs > 1:  # the cores shared out: each training inherits this (common.run passes os.environ on)
-        os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // args.jobs))
+    if args.jobs > 1:  # each training inherits this (common.run passes os.environ on)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
 
     def train(spec: str, seed: int, rule: dict) -> dict:
         pos, _, stem = spec.partition(":")

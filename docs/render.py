@@ -157,9 +157,13 @@ def run_rule(r: dict, prefix: str = "") -> tuple:
     return tuple(pos_rule_of(r, prefix).values())
 
 
+def epochs_text(n: float) -> str:
+    return f"{n:g} epoch{'' if n == 1 else 's'}"
+
+
 def rule_label(rule: tuple, default: tuple) -> str:
     scale, decay, to, ramp = rule
-    ramped = f", ramped over {ramp:g} epoch{'' if ramp == 1 else 's'}" if ramp else ""
+    ramped = f", ramped over {epochs_text(ramp)}" if ramp else ""
     pulled = f", {decay:g} to {to}" if decay else ""
     return f"x {scale:g}{ramped}{pulled}" + (" (default)" if rule == default else "")
 
@@ -168,7 +172,7 @@ def rule_words(rule: tuple) -> str:
     """A position rule in words, with the flags that set it."""
     scale, decay, decay_to, ramp = rule
     return (f"position parameters at lr x {scale:g} (`--pos-lr-scale`)"
-            + (f" ramped in over {ramp:g} epoch{'' if ramp == 1 else 's'} (`--pos-lr-warmup-epochs`)" if ramp else "")
+            + (f" ramped in over {epochs_text(ramp)} (`--pos-lr-warmup-epochs`)" if ramp else "")
             + (f" with a decay of {decay:g} towards {'their start' if decay_to == 'start' else 'zero'} "
                "(`--pos-weight-decay`, `--pos-decay-to`)" if decay else " without decay"))  # fmt: skip
 
@@ -237,7 +241,7 @@ def render_results(d: dict, folder: Path) -> str:
             if len(them) < 2 or not on:
                 continue
             _, lo, hi = mean_ci(them)
-            if (separated(them, on) if len(on) > 1 else True) and mean_ci(on)[0] < lo:
+            if (len(on) < 2 or separated(them, on)) and mean_ci(on)[0] < lo:
                 below.append(f"{label(*k)} {interval(on)} against [{pct(lo)}, {pct(hi)}]")
         runs = sum(1 for r in d["runs"] if r["pos_params"] and run_rule(r) == rule)
         return [rule_label(rule, default), "; ".join(under) or "none", "; ".join(below) or "none", str(runs)]
@@ -291,8 +295,8 @@ def render_results(d: dict, folder: Path) -> str:
         "rate, ~0.3 over the default schedule, while a table that starts at std .02 must grow to the scale of the "
         "tokens. The decay, because at that rate a parameter takes full-size steps whatever the size of its "
         "gradient: the pull bounds how far it moves from where it started (one the loss keeps pushing settles "
-        "about 1/decay from it). Towards the "
-        "start rather than zero, so that PEG's kernel or RoPE-Mixed's frequencies are not erased. Schemes without "
+        "about 1/decay from it). Towards the start rather than zero, so that PEG's kernel or RoPE-Mixed's "
+        "frequencies are not erased. Schemes without "
         f"position parameters ({', '.join(label(*k) for k in trained if k not in learns)}) train identically "
         "under every rule.",
         "Every rule measured (test top-1; a rule: the lr scale, its ramp, the decay and what it pulls towards):",

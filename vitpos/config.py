@@ -178,7 +178,7 @@ class OptimConfig:
     pos_decay_to: str = opt("start", "what --pos-weight-decay pulls the position parameters towards: their "
                             "values when training starts, or zero (AdamW's decay)",
                             choices=("start", "zero"))  # fmt: skip
-    # Off by default: a ramp over 3 epochs lifts rope2d+learned and learned, but a `relbias` seed then stays on its
+    # Off by default: a ramp over 3 epochs lifts rope2d+learned, but a `relbias` seed then stays on its
     # plateau (as with 1 epoch, and with scale 10 from the start): it leaves it early or not at all (docs/results.md).
     pos_lr_warmup_epochs: float = opt(0.0, "epochs over which the position parameters' lr rises from lr to "
                                            "lr x --pos-lr-scale (0: the full scale from the first step)",

@@ -57,9 +57,9 @@ class AdamW(torch.optim.AdamW):
     A group with ``decay_to_start`` = w pulls each of its parameters p, like AdamW's own decoupled decay, by
     lr * w * (p - p0) every step, where p0 is p's value at the first step: the prior is the initialisation (or the
     pretrained weights of a fine-tune), not zero (L2-SP, Li et al. 2018). Under Adam a parameter that the loss keeps
-    pushing settles about 1/w from p0, while one whose gradient is only noise
-    takes steps of about lr whatever its gradient's size and so random-walks: the pull bounds that walk to about
-    sqrt(lr / 2w) instead of letting it grow with the square root of the step count. p0 is kept in the optimizer
+    pushing settles about 1/w from p0, while one whose gradient is only noise takes steps of about lr whatever its
+    gradient's size and so random-walks: the pull bounds that walk to about sqrt(lr / 2w) instead of letting it grow
+    with the square root of the step count. p0 is kept in the optimizer
     state (``state[p]["start"]``), so a resumed run keeps pulling towards the same values.
     """
 
