@@ -161,6 +161,13 @@ def epochs_text(n: float) -> str:
     return f"{n:g} epoch{'' if n == 1 else 's'}"
 
 
+def rule_order(rule: tuple) -> tuple:
+    """Where a rule's column goes: without decay first, then towards zero, then towards the start; unramped before
+    ramped; then by decay, ramp and scale. Every field counts, so the columns do not follow a set's hash order."""
+    scale, decay, to, ramp = rule
+    return decay > 0, to == "start", ramp > 0, decay, ramp, scale
+
+
 def rule_label(rule: tuple, default: tuple) -> str:
     scale, decay, to, ramp = rule
     ramped = f", ramped over {epochs_text(ramp)}" if ramp else ""
@@ -203,8 +210,7 @@ def render_results(d: dict, folder: Path) -> str:
     order = list(dict.fromkeys((r["pos"], r["stem"]) for r in d["runs"]))
     trained = [k for k in order if by.get((*k, default))]
     learns = [k for k in trained if by[(*k, default)][0]["pos_params"]]  # schemes with position parameters
-    rules = sorted({run_rule(r) for r in d["runs"] if r["pos_params"]},
-                   key=lambda ru: (ru[1] > 0, ru[2] == "start", ru[3] > 0, ru[1], ru[0]))  # fmt: skip
+    rules = sorted({run_rule(r) for r in d["runs"] if r["pos_params"]}, key=rule_order)
 
     def top1(key: tuple[str, str], rule: tuple = default) -> list[float]:
         return [r["test_top1"] for r in sorted(by.get((*key, rule), []), key=lambda r: r["seed"])]

@@ -265,6 +265,17 @@ def test_results_page_holds_every_rule_against_the_default(bench):
     assert "| `peg` | – | – |" in lines  # nothing to hold it against
 
 
+def test_rule_columns_have_one_order_whatever_the_hash_seed(bench):
+    """Two rules that differ in one field only never tie (a tie would leave their columns in a set's hash order)."""
+    import render
+
+    base = (30.0, 0.3, "start", 0.0)
+    for i, other in ((0, 10.0), (1, 1.0), (2, "zero"), (3, 1.0), (3, 3.0)):
+        rule = (*base[:i], other, *base[i + 1 :])
+        assert render.rule_order(rule) != render.rule_order(base)
+    assert render.rule_order((30.0, 0.3, "start", 1.0)) < render.rule_order((30.0, 0.3, "start", 3.0))
+
+
 def test_results_page_says_what_each_rule_leaves_short(bench):
     """Per rule: `learned`/`relbias` seeds under 90 %, and the schemes below the rule off's interval (one seed:
     below its low end; seeds on both sides: only where the intervals separate)."""
