@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import subprocess
@@ -142,7 +143,7 @@ def test_a_run_keeps_where_its_position_parameters_started_what_it_fitted_and_on
     optimizer state holds (so a resume pulls towards it too); results.json says how well training fitted and on
     what hardware."""
     out = tmp_path / "run"
-    assert main(["--pos", "learned", "--epochs", "1", "--out", str(out), *TINY]) == 0
+    assert main(["--pos", "learned", "--epochs", "1", "--log-every-n-steps", "1", "--out", str(out), *TINY]) == 0
     ckpt = load_checkpoint(out / "checkpoints" / "last.ckpt")
     (opt,) = ckpt["optimizer_states"]
     pulled = [g for g in opt["param_groups"] if g.get("decay_to_start")]
@@ -157,6 +158,34 @@ def test_a_run_keeps_where_its_position_parameters_started_what_it_fitted_and_on
     fitted = res["last_train"]
     assert 0 <= fitted["train/top1"] <= 1 and math.isfinite(fitted["train/loss_epoch"])
     assert res["hardware"] == f"1 x {cpu_name()}" != "1 x unknown CPU"  # where its seconds were spent
+    with (out / "logs" / "metrics.csv").open(newline="") as f:
+        logged = [float(row["pos/rms"]) for row in csv.DictReader(f) if row.get("pos/rms")]
+    assert len(logged) == res["global_step"]  # one per step (--log-every-n-steps 1)
+    # step 0 is logged before the first update: the rms of where the table started; then it moves
+    assert logged[0] == pytest.approx(start.square().mean().sqrt().item(), rel=1e-6) != logged[-1]
+
+
+@pytest.mark.parametrize("name", vitpos.POS_SCHEMES)
+def test_each_step_logs_the_size_of_the_position_parameters_and_of_their_gradients(name, monkeypatch):
+    """pos/rms and pos/grad_rms: the rms over all of the scheme's parameters that have a gradient, whatever the
+    scheme; a scheme without parameters logs neither."""
+    cfg = tiny_config()
+    cfg.model.pos = name
+    lit = LitViT(cfg.to_dict())
+    lit.model.train()
+    lit.model(torch.randn(2, 3, 32, 32)).logsumexp(-1).sum().backward()
+    logged = {}
+    monkeypatch.setattr(lit, "log", lambda key, value, **kw: logged.__setitem__(key, float(value)))
+    lit.on_before_optimizer_step(None)
+    params = [p for n, p in lit.model.named_parameters() if n.startswith("pos.") and p.grad is not None]
+    if not params:
+        assert logged == {}
+        return
+    n = sum(p.numel() for p in params)
+    rms = math.sqrt(sum(p.detach().double().square().sum().item() for p in params) / n)
+    grad_rms = math.sqrt(sum(p.grad.double().square().sum().item() for p in params) / n)
+    assert logged == pytest.approx({"pos/rms": rms, "pos/grad_rms": grad_rms}, rel=1e-5)
+    assert grad_rms > 0
 
 
 BAD_INPUT = [

@@ -69,6 +69,19 @@ class LitViT(L.LightningModule):
         if self.ema is not None:
             self.ema.update(self.model, step=self.global_step)
 
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # How the position scheme's own parameters move, whatever the scheme: the rms of their values and of their
+        # gradients (all together; unclipped, unscaled). A table that stays near its init std has not learned
+        # (docs/pos_dynamics.md). Lightning writes them every --log-every-n-steps with the other step metrics; a
+        # scheme without parameters logs nothing.
+        params = [p for p in self.model.pos.parameters() if p.grad is not None]
+        if params:
+            with torch.no_grad():
+                values = torch.cat([p.detach().flatten() for p in params]).float()
+                grads = torch.cat([p.grad.flatten() for p in params]).float()
+            self.log("pos/rms", values.pow(2).mean().sqrt(), on_step=True, on_epoch=False)
+            self.log("pos/grad_rms", grads.pow(2).mean().sqrt(), on_step=True, on_epoch=False)
+
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         # (images, labels) or (images, labels, weights): streamed shards pad their last batch with weight-0 copies
         # and weight its real samples so that the loss is their mean across ranks (vitpos.data.streaming)
