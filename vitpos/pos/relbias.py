@@ -2,7 +2,9 @@
 
 Each block owns a table of (2H-1)(2W-1) x heads entries (trunc-normal, std .02); the bias
 between tokens i and j is table[(dy + H-1) * (2W-1) + (dx + W-1)] with (dy, dx) their offset,
-so it depends on the offset alone. With a class token, each block and head also learns the bias
+so it depends on the offset alone. ``locality`` > 0 starts each table from a distance penalty,
+-locality * 2^-h * |offset| for head h = 0, 1, ... (Euclidean, in patches), on top of the noise: attention is local
+from the first step, as in ALiBi, with steeper slopes. With a class token, each block and head also learns the bias
 between it and the patches (``prefix_bias``, as BEiT: prefix -> patch, patch -> prefix, prefix ->
 prefix), zero at init like the table's mean.
 
@@ -55,11 +57,18 @@ class RelBiasPos(PosScheme):
 
     methods = ("resize", "clamp", "geometric")
 
-    def __init__(self, *, init_std: float = 0.02, **kw):
+    def __init__(self, *, init_std: float = 0.02, locality: float = 0.0, **kw):
         super().__init__(**kw)
         h, w = self.train_grid
         self.table = nn.Parameter(torch.zeros(self.depth, (2 * h - 1) * (2 * w - 1), self.num_heads))
-        trunc_normal_(self.table, std=init_std)
+        if init_std:
+            trunc_normal_(self.table, std=init_std)
+        if locality:  # a distance penalty to start from, steepest in the first head (halving per head), in every block
+            with torch.no_grad():
+                dy, dx = torch.meshgrid(torch.arange(1 - h, h), torch.arange(1 - w, w), indexing="ij")
+                dist = rearrange((dy.square() + dx.square()).double().sqrt(), "y x -> (y x)")  # (T,), table order
+                slopes = locality * 2.0 ** -torch.arange(self.num_heads, dtype=torch.float64)  # (heads,)
+                self.table.sub_((dist[:, None] * slopes[None, :]).to(self.table.dtype))
         self.prefix_bias = prefix_bias_param(self.depth, self.num_heads, self.num_prefix_tokens, init=0.0)
 
     def table_for(self, grid: Grid) -> tuple[Tensor, Grid]:
