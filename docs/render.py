@@ -319,6 +319,8 @@ def render_results(d: dict, folder: Path) -> str:
         "leave short what it was not measured on:",
         table(["rule", f"under {100 * LEARN_BAR:g} %", "below the rule off", "runs (schemes with position parameters)"],
               [short(ru) for ru in rules if ru != off]),  # fmt: skip
+        "[pos_dynamics.md](pos_dynamics.md) follows the learned table through training in `learned` and in "
+        "`rope2d+learned`, under the default rule and the rule off.",
         "## What the intervals allow",
         allowed,
         f"Published, for orientation ({ref['source']}): {ref['setting']}. CIFAR-10 top-1: "
@@ -735,6 +737,68 @@ def render_diagnostics(d: dict, folder: Path) -> str:
     )  # fmt: skip
 
 
+# -- pos_dynamics.md: how the position parameters move ---------------------------------------------------------
+ALIKE = 1.25  # two runs' position parameters "move alike" where every logged ratio lies within [1/ALIKE, ALIKE]
+
+
+def render_pos_dynamics(d: dict, folder: Path) -> str:
+    """Per run of benchmarks/pos_dynamics.py: its top-1 and its position parameters' rms and gradient rms over
+    training; each scheme against the first (``learned``) under the same rule, step by step."""
+    runs, b = d["runs"], d["budget"]
+    rule_name = {"default": f"default ({rule_label(run_rule(b), ())})", "off": "off (x 1, no decay)"}
+    rows = []
+    for r in runs:
+        peak = max(range(len(r["rms"])), key=r["rms"].__getitem__)
+        rows.append([f"`{r['pos']}`", rule_name[r["rule"]], pct(r["test_top1"]), pct(r["train_top1"]),
+                     f"{r['rms'][0]:.3f} (step {r['step'][0]})", f"{r['rms'][peak]:.3f} (step {r['step'][peak]})",
+                     f"{r['rms'][-1]:.3f}",
+                     f"{median(r['grad_rms']):.1e}"])  # fmt: skip
+    base = runs[0]["pos"]
+    pairs, alike = [], []
+    for r in runs:
+        ref = next(x for x in runs if x["pos"] == base and x["rule"] == r["rule"])
+        if r is ref:
+            continue
+        at = {step: i for i, step in enumerate(r["step"])}
+        both = [(at[step], i) for i, step in enumerate(ref["step"]) if step in at]  # the steps both runs logged
+        ratio = {k: [r[k][j] / ref[k][i] for j, i in both] for k in ("rms", "grad_rms")}
+        top1 = f"{pct(r['test_top1'])} / {pct(ref['test_top1'])}"
+        pairs.append([f"`{r['pos']}` / `{base}`", rule_name[r["rule"]], spread(ratio["rms"], ".2f"),
+                      spread(ratio["grad_rms"], ".2f"), top1])  # fmt: skip
+        if all(1 / ALIKE <= v <= ALIKE for v in ratio["rms"]) and 1 / ALIKE <= median(ratio["grad_rms"]) <= ALIKE:
+            alike.append(f"`{r['pos']}` under the {r['rule']} rule")
+    png = folder / "pos_dynamics.png"
+    with figure(png, "upper right") as ax:
+        for i, r in enumerate(runs):
+            ax.plot(r["step"], r["rms"], markevery=6, markersize=3, linestyle="-" if r["rule"] == "default" else "--",
+                    marker="os^Dv"[i % 5], label=f"{r['pos']}, rule {r['rule']}")  # fmt: skip
+        ax.set(xlabel="optimizer step", ylabel="rms of the position parameters", yscale="log")
+    reading = (
+        f"The position parameters of {', '.join(alike)} move like those of `{base}` under the same rule: their rms "
+        f"stays within a factor {ALIKE:g} of it at every logged step, and the median ratio of the gradients' rms too. "
+        "A per-group rule (the learning-rate scale, its ramp, the decay, Adam's epsilon) acts through these sizes or "
+        "not at all, so what it does to the table of one scheme it does to the other's."
+        if alike
+        else ""
+    )
+    return page(
+        "# How the position parameters move",
+        made(d),
+        f"Runs: `python train.py --pos P --seed {runs[0]['seed']}` at the default budget of docs/results.md "
+        f"({b['epochs']} epochs of batch {b['batch_size']}, AdamW lr {b['lr']:g}), under the default position rule "
+        f"({rule_words(run_rule(b))}) and with it off (`--pos-lr-scale 1 --pos-weight-decay 0`). Every run logs the "
+        "rms of its position parameters (`pos/rms`; `learned`'s table starts at std .02) and of their gradients "
+        "(`pos/grad_rms`, before clipping) every 10 optimizer steps in `logs/metrics.csv`. Top-1 in %.",
+        table(["scheme", "rule", "test top-1", "train top-1", "rms, first logged", "rms at its peak", "rms at the end",
+               "gradient rms, median"], rows),
+        f"Each scheme against `{base}` under the same rule, at every step both logged: the ratio of the two runs, "
+        "median (lowest to highest).",
+        table(["runs", "rule", "rms", "gradient rms", "test top-1"], pairs),
+        reading,
+        f"![rms of the position parameters per step]({png.name})",
+    )  # fmt: skip
+
+
 def read(path: Path) -> dict | None:
     """A benchmark's JSON record, if there is one (a bare list in resolution.json is an evaluator's own output)."""
     data = json.loads(path.read_text()) if path.is_file() else None
@@ -750,6 +814,7 @@ PAGES = {  # docs/<name>.md from its JSON record and the folder the record is in
     "export": render_export,
     "data": render_data,
     "diagnostics": render_diagnostics,
+    "pos_dynamics": render_pos_dynamics,
 }
 
 

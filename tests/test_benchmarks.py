@@ -59,7 +59,8 @@ def test_mean_ci_is_the_t_interval_and_separation_needs_disjoint_intervals(bench
     assert render.interval([0.5]) == "50.0 (1)" and render.interval([]) == "–"  # a cell with no runs
 
 
-@pytest.mark.parametrize("page", ["results", "resolution", "fashion_mnist", "performance", "export", "data"])
+@pytest.mark.parametrize("page", ["results", "resolution", "fashion_mnist", "performance", "export", "data",
+                                  "pos_dynamics"])  # fmt: skip
 def test_docs_pages_are_rendered_from_their_json(bench, tmp_path, page):
     import render
 
@@ -719,3 +720,43 @@ def test_results_study_reuses_recorded_runs_only_at_the_same_training_budget(ben
     assert results.main(argv) == 0
     # the default rule is not part of a run's budget (each run names its own scale); the epochs are
     assert trained == (["rope2d-patch-seed0"] if "epochs" in change else [])
+
+
+@pytest.mark.parametrize("ratio", [1.1, 1.5])
+def test_pos_dynamics_study_keeps_each_runs_curves_and_its_page_compares_them_step_by_step(
+    bench, tmp_path, monkeypatch, ratio
+):
+    """Each scheme under the default rule and the rule off; the page gives, per rule, the ratio of its curves to
+    `learned`'s at every step both logged, and says they move alike only where every ratio is within the bar."""
+    import pos_dynamics as pd
+    import render
+
+    monkeypatch.setattr(pd, "ROOT", tmp_path)
+    flags_of = {}
+
+    def train_run(run_dir, flags):
+        flags_of[run_dir.name] = flags
+        pos, off = flags[flags.index("--pos") + 1], "--pos-lr-scale" in flags
+        k = ratio if pos == "rope2d+learned" else 1.0
+        rows_ = [f"{s},{0.02 * (1 + (1 if off else 10) * s / 600) * k},{1e-4 * k}" for s in range(0, 600, 10)]
+        (run_dir / "logs").mkdir(parents=True)
+        # the last row is a validation row: no pos/rms
+        (run_dir / "logs" / "metrics.csv").write_text("step,pos/rms,pos/grad_rms\n" + "\n".join(rows_) + "\n62,,\n")
+        return {"test_top1": 0.9 if pos == "learned" else 0.95, "train_top1": 0.97, "run": run_dir.name}
+
+    monkeypatch.setattr(pd, "train_run", train_run)
+    assert pd.main(["--json", str(tmp_path / "pos_dynamics.json")]) == 0
+    assert set(flags_of) == {f"{p}-patch-{r}-seed0" for p in ("learned", "rope2d+learned") for r in ("default", "off")}
+    rule_flags = {name: [f for f in flags if f.startswith("--pos-")] for name, flags in flags_of.items()}
+    assert rule_flags["learned-patch-off-seed0"] == ["--pos-lr-scale", "--pos-weight-decay"]
+    assert rule_flags["learned-patch-default-seed0"] == []  # nothing but the defaults
+    d = json.loads((tmp_path / "pos_dynamics.json").read_text())
+    by = {(r["pos"], r["rule"]): r for r in d["runs"]}
+    assert by["learned", "off"]["pos_lr_scale"] == 1.0 < by["learned", "default"]["pos_lr_scale"]
+    assert by["learned", "off"]["step"] == list(range(0, 600, 10))  # the validation row left out
+    page = render.PAGES["pos_dynamics"](d, tmp_path)
+    compared = [r for r in rows(page) if r[0] == "`rope2d+learned` / `learned`"]
+    same = f"{ratio:.2f} ({ratio:.2f} to {ratio:.2f})"  # median (lowest to highest) over the steps
+    assert [r[2:] for r in compared] == [[same, same, "95.0 / 90.0"]] * 2
+    assert ("move like those of `learned`" in page) == (ratio < render.ALIKE)
+    assert (tmp_path / "pos_dynamics.png").is_file()
