@@ -75,6 +75,12 @@ SWEEP += [f"rope2d+learned:patch:30:{seed}:ramp=3" for seed in range(5)]
 SWEEP += [f"{pos}:patch:30:{seed}:ramp=3" for pos in ("relbias", "learned") for seed in range(3)]
 SWEEP += [f"{pos}:patch:30:1:ramp=1" for pos in ("relbias", "rope2d+learned")]
 SWEEP += [f"{pos}:patch:30:0:ramp=3" for pos in WITH_PARAMS if pos not in ("learned", "relbias", "rope2d+learned")]
+# Over 5 epochs: whether a longer ramp brings `rope2d+learned` up to its rule-off runs while `learned` still learns;
+# the `relbias` seed that stayed on its plateau under the 3-epoch ramp; seed 0 of every other scheme with position
+# parameters.
+SWEEP += [f"rope2d+learned:patch:30:{seed}:ramp=5" for seed in range(5)]
+SWEEP += [f"learned:patch:30:{seed}:ramp=5" for seed in range(3)] + ["relbias:patch:30:1:ramp=5"]
+SWEEP += [f"{pos}:patch:30:0:ramp=5" for pos in WITH_PARAMS if pos not in ("learned", "relbias", "rope2d+learned")]
 
 
 def parse_sweep(item: str) -> tuple[str, int, dict]:

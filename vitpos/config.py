@@ -170,16 +170,18 @@ class OptimConfig:
     pos_lr_scale: float = opt(30.0, "learning-rate factor for the position scheme's own parameters", gt=0)
     # At that rate a position parameter takes Adam's full-size steps whatever its gradient's size; a decay towards
     # the start bounds how far it moves and leaves what the loss keeps pushing about 1/decay from it
-    # (vitpos.optim.AdamW). It lifts rope2d-mixed+learned above the scale alone; no rule measured keeps
-    # rope2d+learned at its rule-off accuracy (docs/results.md, "what each rule leaves short"). Towards the start,
-    # not zero: zero would also erase a conv's or a frequency's initialisation (PEG's kernel, RoPE-Mixed's angles).
+    # (vitpos.optim.AdamW). It lifts rope2d-mixed+learned above the scale alone; of the rules measured only the ramp
+    # below keeps rope2d+learned at its rule-off accuracy (docs/results.md, "what each rule leaves short"). Towards
+    # the start, not zero: zero would also erase a conv's or a frequency's initialisation (PEG's kernel, RoPE-Mixed's
+    # angles).
     # 0.3, not more: at 1 a `relbias` seed ends at 45 % (99 % at 0.3; docs/results.md).
     pos_weight_decay: float = opt(0.3, "decay of the position scheme's own parameters (see --pos-decay-to)", ge=0)
     pos_decay_to: str = opt("start", "what --pos-weight-decay pulls the position parameters towards: their "
                             "values when training starts, or zero (AdamW's decay)",
                             choices=("start", "zero"))  # fmt: skip
-    # Off by default: a ramp over 3 epochs lifts rope2d+learned, but a `relbias` seed then stays on its
-    # plateau (as with 1 epoch, and with scale 10 from the start): it leaves it early or not at all (docs/results.md).
+    # Off by default: a ramp over 5 epochs keeps rope2d+learned within seed noise of its rule-off runs (3 epochs lift
+    # it, but not that far), but a `relbias` seed then stays on its plateau (as with 1 and 3 epochs, and with scale 10
+    # from the start): with its default init it leaves it early or not at all (docs/results.md).
     pos_lr_warmup_epochs: float = opt(0.0, "epochs over which the position parameters' lr rises from lr to "
                                            "lr x --pos-lr-scale (0: the full scale from the first step)",
                                       ge=0)  # fmt: skip
