@@ -173,8 +173,7 @@ class OptimConfig:
     # (vitpos.optim.AdamW). It lifts rope2d-mixed+learned above the scale alone; of the rules measured only the ramp
     # below keeps rope2d+learned at its rule-off accuracy (docs/results.md, "what each rule leaves short"). Towards
     # the start, not zero: zero would also erase a conv's or a frequency's initialisation (PEG's kernel, RoPE-Mixed's
-    # angles).
-    # 0.3, not more: at 1 a `relbias` seed ends at 45 % (99 % at 0.3; docs/results.md).
+    # angles). 0.3, not more: at 1 a `relbias` seed ends at 45 % (99 % at 0.3; docs/results.md).
     pos_weight_decay: float = opt(0.3, "decay of the position scheme's own parameters (see --pos-decay-to)", ge=0)
     pos_decay_to: str = opt("start", "what --pos-weight-decay pulls the position parameters towards: their "
                             "values when training starts, or zero (AdamW's decay)",

@@ -59,8 +59,8 @@ class AdamW(torch.optim.AdamW):
     pretrained weights of a fine-tune), not zero (L2-SP, Li et al. 2018). Under Adam a parameter that the loss keeps
     pushing settles about 1/w from p0, while one whose gradient is only noise takes steps of about lr whatever its
     gradient's size and so random-walks: the pull bounds that walk to about sqrt(lr / 2w) instead of letting it grow
-    with the square root of the step count. p0 is kept in the optimizer
-    state (``state[p]["start"]``), so a resumed run keeps pulling towards the same values.
+    with the square root of the step count. p0 is kept in the optimizer state (``state[p]["start"]``), so a resumed
+    run keeps pulling towards the same values.
     """
 
     @torch.no_grad()

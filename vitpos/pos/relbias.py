@@ -40,6 +40,12 @@ def relative_offsets(grid: Grid, device=None) -> tuple[Tensor, Tensor]:
     return ys[:, None] - ys[None, :], xs[:, None] - xs[None, :]
 
 
+def table_offsets(grid: Grid) -> tuple[Tensor, Tensor]:
+    """(2H-1, 2W-1) row and column offsets, laid out as a table built for ``grid`` holds its entries."""
+    h, w = grid
+    return torch.meshgrid(torch.arange(1 - h, h), torch.arange(1 - w, w), indexing="ij")
+
+
 def relative_position_index(grid: Grid, table_grid: Grid | None = None, clamp: bool = False, device=None) -> Tensor:
     """(N, N) index into a ((2H-1)(2W-1),) table built for ``table_grid`` (default: ``grid``)."""
     if not clamp and (table_grid is None or tuple(table_grid) == tuple(grid)):
@@ -65,7 +71,7 @@ class RelBiasPos(PosScheme):
             trunc_normal_(self.table, std=init_std)
         if locality:  # a distance penalty to start from, steepest in the first head (halving per head), in every block
             with torch.no_grad():
-                dy, dx = torch.meshgrid(torch.arange(1 - h, h), torch.arange(1 - w, w), indexing="ij")
+                dy, dx = table_offsets(self.train_grid)
                 dist = rearrange((dy.square() + dx.square()).double().sqrt(), "y x -> (y x)")  # (T,), table order
                 slopes = locality * 2.0 ** -torch.arange(self.num_heads, dtype=torch.float64)  # (heads,)
                 self.table.sub_((dist[:, None] * slopes[None, :]).to(self.table.dtype))
@@ -94,8 +100,7 @@ class RelBiasPos(PosScheme):
     def carry_state(self, grid: Grid) -> dict[str, Tensor]:
         with torch.no_grad():
             if self.method == "clamp":  # the new table holds, per offset of the new range, the clamped entry
-                h, w = grid
-                dy, dx = torch.meshgrid(torch.arange(1 - h, h), torch.arange(1 - w, w), indexing="ij")
+                dy, dx = table_offsets(grid)
                 big_h, big_w = self.train_grid
                 dy, dx = dy.clamp(1 - big_h, big_h - 1), dx.clamp(1 - big_w, big_w - 1)
                 table = self.table[:, ((dy + big_h - 1) * (2 * big_w - 1) + dx + big_w - 1).flatten()]
