@@ -7,7 +7,8 @@ Each run is ``python train.py --config configs/fashion_mnist_study.yaml --pos P 
 every seed, ``--single`` with the first), its validation curve kept. One ``python -m vitpos.evaluate`` then sweeps
 every last checkpoint from 20 to 56 px with every transfer method, and the ``rope2d`` runs measure YaRN's two
 temperatures. Finished runs and sweeps are reused; a run whose folder is gone keeps its record (and sweep) from the
-JSON this study wrote before, if that JSON was made at the same budget.
+JSON this study wrote before, if that JSON was made at the same budget. The folders of schemes with position
+parameters name the position rule (as benchmarks/results.py's do).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from common import (  # noqa: E402  (benchmarks/ is on sys.path as a script)
     cores_per_job,
     earlier_record,
     has_pos_params,
+    run_name,
     run_specs,
     study_budget,
     study_here,
@@ -99,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
 
     def train(job: tuple[str, int]) -> dict:
         (pos, _, stem), seed = job[0].partition(":"), job[1]
-        run_dir = out / f"{pos}-{stem}-seed{seed}"
+        # A scheme with position parameters names its rule, so that under another rule it trains anew beside the
+        # runs of the old one rather than reusing them (older records name none: theirs is in the JSON's budget).
+        rule = {k: budget[k] for k in POS_RULE}
+        run_dir = out / (run_name(pos, stem, seed, rule) if has_pos_params(pos) else f"{pos}-{stem}-seed{seed}")
         rel = str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir)
         if not (run_dir / "results.json").is_file() and rel in recorded:
             print(f"reusing the recorded run {rel}", flush=True)

@@ -8,7 +8,8 @@ the JSON, so a retrained seed 0 does not move the choice; ``--repick`` chooses a
 schemes, by default every one of ``--others``: docs/resolution.md's fine-tuning table and its published claims
 compare means over seeds. The ``--top`` schemes are the ones the pages set beside the main runs. Schemes with
 position parameters also train with the rule off (``--pos-lr-scale 1``, no decay) and under the ``--sweep`` rules
-(scale, decay, its target, ramp); those without train identically under every rule, so once. A finished run is
+(scale, decay, its target, ramp; a scheme option where named); those without train identically under every rule,
+so once. A finished run is
 reused (its folder's results.json, or else its record in the JSON this study wrote before at the same budget): an
 interrupted study continues.
 """
@@ -22,12 +23,14 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import yaml
 from common import (  # noqa: E402
     MAIN_RUNS,
     ROOT,
     cores_per_job,
     earlier_record,
     has_pos_params,
+    run_name,
     run_specs,
     study_budget,
     train_run,
@@ -43,9 +46,18 @@ DEFAULT = Config().optim
 # The runs that chose the default rule, each POS:STEM:SCALE:SEED followed by any of :decay=W, :to=start|zero and
 # :ramp=EPOCHS (what is not named: the default rule's).
 BARE = ":decay=0:ramp=0"  # the rule before the decay and the ramp existed: the scale from the first step, alone
+# `relbias`'s tables started from noise alone (Swin's init) until `locality=1` became its default: its runs under the
+# rules measured before name `locality=0` (in a composition, `relbias.locality=0`).
+SWIN_INIT = {"relbias": ":locality=0", "relbias+peg": ":relbias.locality=0"}
+
+
+def swin(pos: str) -> str:
+    return SWIN_INIT.get(pos, "")
+
+
 # `learned` and `relbias` at scales 10 and 100, and the scale that suits `learned` alone on the composition with a
 # learned table.
-SWEEP = [f"{pos}:patch:{scale}:{seed}{BARE}" for pos in ("learned", "relbias")
+SWEEP = [f"{pos}:patch:{scale}:{seed}{BARE}{swin(pos)}" for pos in ("learned", "relbias")
          for scale, seed in ((10, 0), (10, 1), (10, 2), (100, 0))]  # fmt: skip
 SWEEP += [f"rope2d+learned:patch:10:0{BARE}"]
 # Scale 30 alone for every scheme with position parameters (seeds 0-2; the compositions with a learned table 0-4),
@@ -54,51 +66,55 @@ SWEEP += [f"rope2d+learned:patch:10:0{BARE}"]
 WITH_PARAMS = ["learned", "relbias", "rope2d-mixed", "cpb", "peg", "liere", "rope2d+learned", "rope2d+peg",
                "relbias+peg", "rope2d-mixed+learned", "alibi2d+peg"]  # fmt: skip
 COMPOSED = ("rope2d+learned", "rope2d-mixed+learned")
-SWEEP += [f"{pos}:patch:30:{seed}{BARE}" for pos in WITH_PARAMS for seed in range(5 if pos in COMPOSED else 3)]
+SEEDS = {pos: range(5 if pos in COMPOSED else 3) for pos in WITH_PARAMS}
+SWEEP += [f"{pos}:patch:30:{seed}{BARE}{swin(pos)}" for pos in WITH_PARAMS for seed in SEEDS[pos]]
 SWEEP += [f"{pos}:patch:1:{seed}:decay=0" for pos in COMPOSED for seed in (1, 2, 3, 4)]
 SWEEP += [f"{pos}:patch:1:{seed}:decay=0" for pos in ("peg", "cpb") for seed in (1, 2)]
+SWEEP += [f"{pos}:patch:1:0:decay=0{swin(pos)}" for pos in SWIN_INIT]  # the rule off with Swin's init
 # Decay 0.3 towards zero (the first decay measured) at scale 30: learned and relbias over seeds, the composition,
 # and peg, whose conv it erases.
 ZEROED = [("learned", 0), ("learned", 1), ("learned", 2), ("relbias", 0), ("relbias", 1), ("relbias", 2),
           ("rope2d+learned", 0), ("rope2d+learned", 1), ("peg", 0)]  # fmt: skip
-SWEEP += [f"{pos}:patch:30:{seed}:decay=0.3:to=zero:ramp=0" for pos, seed in ZEROED]
-# A stronger decay towards the start (1), tried beside the default and not taken, on the `relbias` seed that
-# plateaus most easily.
-SWEEP += ["relbias:patch:30:1:decay=1:to=start:ramp=0"]
-# The default rule on the compositions with a learned table over seeds 3-4 too: 5 seeds, as their rule-off runs have.
-SWEEP += [f"{pos}:patch:30:{seed}" for pos in COMPOSED for seed in (3, 4)]
-# The default rule with its scale ramped in over 3 epochs: a lower early lr, so that RoPE, not the learned table beside
-# it, carries position in `rope2d+learned` (5 seeds, as its rule-off runs have), and `learned` over seeds; against
-# them, every `relbias` seed, whose plateau a lower early lr may not leave. Over 1 epoch on the seeds where the two
-# pull apart. Seed 0 of every other scheme with position parameters.
+SWEEP += [f"{pos}:patch:30:{seed}:decay=0.3:to=zero:ramp=0{swin(pos)}" for pos, seed in ZEROED]
+# A stronger decay towards the start (1), tried beside 0.3 and not taken, on the `relbias` seed that plateaus most
+# easily.
+SWEEP += ["relbias:patch:30:1:decay=1:to=start:ramp=0:locality=0"]
+# Decay 0.3 towards the start without a ramp (the default before the ramp): every scheme with position parameters
+# over seeds.
+SWEEP += [f"{pos}:patch:30:{seed}:ramp=0{swin(pos)}" for pos in WITH_PARAMS for seed in SEEDS[pos]]
+# The scale ramped in over 3 epochs: a lower early lr, so that RoPE, not the learned table beside it, carries position
+# in `rope2d+learned` (5 seeds, as its rule-off runs have), and `learned` over seeds; against them, every `relbias`
+# seed, whose plateau a lower early lr may not leave. Over 1 epoch on the seeds where the two pull apart. Seed 0 of
+# every other scheme with position parameters.
 SWEEP += [f"rope2d+learned:patch:30:{seed}:ramp=3" for seed in range(5)]
-SWEEP += [f"{pos}:patch:30:{seed}:ramp=3" for pos in ("relbias", "learned") for seed in range(3)]
-SWEEP += [f"{pos}:patch:30:1:ramp=1" for pos in ("relbias", "rope2d+learned")]
-SWEEP += [f"{pos}:patch:30:0:ramp=3" for pos in WITH_PARAMS if pos not in ("learned", "relbias", "rope2d+learned")]
-# Over 5 epochs: whether a longer ramp brings `rope2d+learned` up to its rule-off runs while `learned` still learns;
-# the `relbias` seed that stayed on its plateau under the 3-epoch ramp; seed 0 of every other scheme with position
-# parameters.
-SWEEP += [f"rope2d+learned:patch:30:{seed}:ramp=5" for seed in range(5)]
-SWEEP += [f"learned:patch:30:{seed}:ramp=5" for seed in range(3)] + ["relbias:patch:30:1:ramp=5"]
-SWEEP += [f"{pos}:patch:30:0:ramp=5" for pos in WITH_PARAMS if pos not in ("learned", "relbias", "rope2d+learned")]
+SWEEP += [f"{pos}:patch:30:{seed}:ramp=3{swin(pos)}" for pos in ("relbias", "learned") for seed in range(3)]
+SWEEP += [f"{pos}:patch:30:1:ramp=1{swin(pos)}" for pos in ("relbias", "rope2d+learned")]
+SWEEP += [f"{pos}:patch:30:0:ramp=3{swin(pos)}" for pos in WITH_PARAMS
+          if pos not in ("learned", "relbias", "rope2d+learned")]  # fmt: skip
+# Over 5 epochs (the default): `rope2d+learned` over seeds 3-4 too, as its rule-off runs; with Swin's init, the
+# `relbias` seed that stayed on its plateau under the 3-epoch ramp, and `relbias+peg`.
+SWEEP += [f"rope2d+learned:patch:30:{seed}:ramp=5" for seed in (3, 4)]
+SWEEP += ["relbias:patch:30:1:ramp=5:locality=0", "relbias+peg:patch:30:0:ramp=5:relbias.locality=0"]
+RULE_FIELDS = ("decay", "to", "ramp")
 
 
-def parse_sweep(item: str) -> tuple[str, int, dict]:
-    """POS:STEM:SCALE:SEED[:decay=W][:to=T][:ramp=E] -> (POS:STEM, seed, rule), the rest from the default rule."""
+def parse_sweep(item: str) -> tuple[str, int, dict, dict]:
+    """POS:STEM:SCALE:SEED[:decay=W][:to=T][:ramp=E][:KEY=VALUE ...] -> (POS:STEM, seed, rule, scheme options): the
+    rule's unnamed fields are the default rule's; any other KEY is a scheme option (PART.KEY: a composition part's)."""
     pos, stem, scale, seed, *named = item.split(":")
     given = dict(part.split("=", 1) for part in named)
     decay = float(given.get("decay", DEFAULT.pos_weight_decay))
     ramp = float(given.get("ramp", DEFAULT.pos_lr_warmup_epochs))
-    return f"{pos}:{stem}", int(seed), pos_rule(float(scale), decay, given.get("to", DEFAULT.pos_decay_to), ramp)
-
-
-def run_name(pos: str, stem: str, seed: int, rule: dict) -> str:
-    """The run folder of a scheme with position parameters: lrS, then -wdW (a decay towards zero, the first
-    measured) or -wdW-start, then -rampE; the names of runs recorded before a field existed stay as they were."""
-    decay = rule["pos_weight_decay"]
-    pull = f"-wd{decay:g}" + ("" if rule["pos_decay_to"] == "zero" else f"-{rule['pos_decay_to']}") if decay else ""
-    ramp = f"-ramp{rule['pos_lr_warmup_epochs']:g}" if rule["pos_lr_warmup_epochs"] else ""
-    return f"{pos}-{stem}-lr{rule['pos_lr_scale']:g}{pull}{ramp}-seed{seed}"
+    opts: dict = {}
+    for key, value in given.items():
+        if key not in RULE_FIELDS:
+            *parts, leaf = key.split(".")
+            at = opts
+            for part in parts:
+                at = at.setdefault(part, {})
+            at[leaf] = yaml.safe_load(value)
+    rule = pos_rule(float(scale), decay, given.get("to", DEFAULT.pos_decay_to), ramp)
+    return f"{pos}:{stem}", int(seed), rule, opts
 
 
 def recorded_runs(path: Path, budget: dict) -> list[dict]:
@@ -123,9 +139,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="others trained with --seeds too (default: every one of --others)")  # fmt: skip
     p.add_argument("--ablation", nargs="*", metavar="POS:STEM",
                    help="rule-off runs, seed 0 (default: every scheme with position parameters)")  # fmt: skip
-    p.add_argument("--sweep", nargs="*", default=SWEEP, metavar="POS:STEM:SCALE:SEED[:decay=W][:to=T][:ramp=E]",
+    p.add_argument("--sweep", nargs="*", default=SWEEP,
+                   metavar="POS:STEM:SCALE:SEED[:decay=W][:to=T][:ramp=E][:KEY=VALUE]",
                    help="further runs under other position rules (--pos-lr-scale, --pos-weight-decay, --pos-decay-to, "
-                        "--pos-lr-warmup-epochs; what is not named: the default's)")  # fmt: skip
+                        "--pos-lr-warmup-epochs; what is not named: the default's) or with a scheme option "
+                        "(--pos-kwarg KEY=VALUE; PART.KEY=VALUE in a composition)")  # fmt: skip
     p.add_argument("--out", default="runs/bench-shapes", help="folder of the training runs")
     p.add_argument("--jobs", type=int, default=1, help="trainings at once, each with cores / jobs threads")
     p.add_argument("--json", default=str(ROOT / "docs" / "results.json"))
@@ -148,40 +166,46 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs > 1:  # each training inherits this (common.run passes os.environ on)
         os.environ["OMP_NUM_THREADS"] = str(threads)
 
-    def train(spec: str, seed: int, rule: dict) -> dict:
+    def train(spec: str, seed: int, rule: dict, opts: dict) -> dict:
         pos, _, stem = spec.partition(":")
         flags = ["--pos", pos, "--stem", stem, "--seed", str(seed)]
         if has_pos_params(spec):
-            run_dir = out / run_name(pos, stem, seed, rule)
+            run_dir = out / run_name(pos, stem, seed, rule, opts)
             for k, v in rule.items():
                 if v != "none":  # no decay: nothing to pull towards
                     flags += [f"--{k.replace('_', '-')}", v if isinstance(v, str) else f"{v:g}"]
+            for k, v in opts.items():  # JSON is YAML: --pos-kwarg relbias={"locality": 0} for a composition's part
+                flags += ["--pos-kwarg", f"{k}={json.dumps(v)}"]
         else:  # no position parameters: the same training under every rule
             run_dir = out / f"{pos}-{stem}-seed{seed}"
-        key = {"spec": spec, "pos": pos, "stem": stem, "seed": seed, **rule, "pos_params": has_pos_params(spec)}
+        key = {"spec": spec, "pos": pos, "stem": stem, "seed": seed, **rule, "pos_params": has_pos_params(spec),
+               **({"pos_kwargs": opts} if opts else {})}  # fmt: skip
         rel = str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir)
         if not (run_dir / "results.json").is_file() and rel in recorded:
             print(f"reusing the recorded run {rel}", flush=True)
             return recorded[rel] | key
         return key | train_run(run_dir, flags, args.retrain)
 
-    def train_all(jobs: list[tuple[str, int, dict]]) -> None:
-        """Train the (spec, seed, rule) jobs not trained yet, --jobs at a time, into ``runs`` in the jobs' order."""
-        todo = {(spec, seed, *rule.values()): (spec, seed, rule) for spec, seed, rule in jobs}
+    def train_all(jobs: list[tuple[str, int, dict, dict]]) -> None:
+        """Train the (spec, seed, rule, scheme options) jobs not trained yet, --jobs at a time, into ``runs`` in the
+        jobs' order."""
+        todo = {(spec, seed, *rule.values(), json.dumps(opts, sort_keys=True)): (spec, seed, rule, opts)
+                for spec, seed, rule, opts in jobs}  # fmt: skip
         todo = {k: job for k, job in todo.items() if k not in runs}
         with ThreadPoolExecutor(args.jobs) as pool:
             runs.update(zip(todo, pool.map(lambda job: train(*job), todo.values()), strict=True))
 
     # Two rounds: which others get every seed depends on the first round's seed-0 runs.
-    train_all([(s, seed, default) for s in args.runs for seed in args.seeds]
-              + [(s, args.seeds[0], default) for s in args.others])  # fmt: skip
+    train_all([(s, seed, default, {}) for s in args.runs for seed in args.seeds]
+              + [(s, args.seeds[0], default, {}) for s in args.others])  # fmt: skip
     top = earlier_record(args.json).get("top_others", [])  # the choice made before, kept unless it no longer fits
     if args.repick or len(top) != args.top or not set(top) <= set(args.others):
-        top = sorted(args.others, key=lambda s: -runs[(s, args.seeds[0], *default.values())]["best_val_top1"])
+        top = sorted(args.others, key=lambda s: -runs[(s, args.seeds[0], *default.values(), "{}")]["best_val_top1"])
         top = top[: args.top]
     ablation = with_params if args.ablation is None else [s for s in args.ablation if s in with_params]
-    train_all([(s, seed, default) for s in top + [s for s in args.more_seeds if s not in top] for seed in args.seeds]
-              + [(s, 0, off) for s in ablation] + [parse_sweep(item) for item in args.sweep])  # fmt: skip
+    more = top + [s for s in args.more_seeds if s not in top]
+    train_all([(s, seed, default, {}) for s in more for seed in args.seeds]
+              + [(s, 0, off, {}) for s in ablation] + [parse_sweep(item) for item in args.sweep])  # fmt: skip
     write_record(args.json, "results.py", argv, budget=budget, main_runs=args.runs, top_others=top,
                  runs=list(runs.values()))  # fmt: skip
     return 0

@@ -24,7 +24,8 @@ from scipy.stats import t as student_t
 
 DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent))  # run as a script: this checkout's vitpos first
-from vitpos.optim import pos_rule_of  # noqa: E402
+from vitpos.config import Config  # noqa: E402
+from vitpos.optim import pos_rule, pos_rule_of  # noqa: E402
 from vitpos.resolution import resolution_label  # noqa: E402
 
 CHANCE, BAG_CEILING = 0.125, 0.25  # `shapes`: 8 classes; a model blind to patch order tells 2 of them apart
@@ -86,7 +87,20 @@ def per_round(a: list[float], b: list[float]) -> list[float]:
 
 
 def label(pos: str, stem: str) -> str:
-    return f"`{pos}`" + (" (conv stem)" if stem == "conv" else "")
+    """A scheme as a page names it: POS, or POS|OPTIONS for a run with scheme options (see ``scheme_of``)."""
+    pos, _, opts = pos.partition("|")
+    return f"`{pos}`" + (f" ({opts})" if opts else "") + (" (conv stem)" if stem == "conv" else "")
+
+
+def scheme_of(r: dict) -> str:
+    """A run's scheme as a key: POS, and |KEY=VALUE, ... where it set scheme options (a composition's part's
+    options by their own keys), so runs with other options are not pooled with the scheme's defaults."""
+
+    def leaves(opts: dict) -> list[str]:
+        return sorted(x for k, v in opts.items() for x in (leaves(v) if isinstance(v, dict) else [f"{k}={v:g}"]))
+
+    opts = leaves(r.get("pos_kwargs") or {})
+    return r["pos"] + ("|" + ", ".join(opts) if opts else "")
 
 
 def made(d: dict) -> str:
@@ -193,8 +207,14 @@ def rule_line(names: list[str], results: dict | None, command: str) -> str:
         return ""
     line = "The runs trained their " + "; others their ".join(rule_words(ru) for ru in rules) + "."
     default = run_rule(results["budget"], "default_")
+    optioned = sorted({scheme_of(runs[n]) for n in names if n in runs and runs[n].get("pos_kwargs")})
     if rules != [default]:
-        line += f" The default rule differs ({rule_words(default)}): `{command}` again takes the runs at the default."
+        line += f" The default rule differs ({rule_words(default)})."
+    if optioned:
+        named = ", ".join(label(s, "patch") for s in optioned)
+        line += f" Runs with scheme options, not the scheme's defaults: {named}."
+    if rules != [default] or optioned:
+        line += f" `{command}` again takes the runs at the defaults."
     return line
 
 
@@ -206,10 +226,13 @@ def render_results(d: dict, folder: Path) -> str:
     baselines = [ru for ru in dict.fromkeys([off, before]) if ru != default]
     by = defaultdict(list)  # (pos, stem, rule) -> runs
     for r in d["runs"]:
-        by[r["pos"], r["stem"], run_rule(r)].append(r)
-    order = list(dict.fromkeys((r["pos"], r["stem"]) for r in d["runs"]))
-    trained = [k for k in order if by.get((*k, default))]
+        by[scheme_of(r), r["stem"], run_rule(r)].append(r)
+    order = list(dict.fromkeys((scheme_of(r), r["stem"]) for r in d["runs"]))
+    trained = [k for k in order if by.get((*k, default)) and "|" not in k[0]]  # the default rule and options
     learns = [k for k in trained if by[(*k, default)][0]["pos_params"]]  # schemes with position parameters
+    # ... and those runs with other scheme options, whose runs under other rules the rule tables show too
+    measured = learns + [k for k in order if k not in learns and any(r["pos_params"] for r in d["runs"]
+                                                                     if (scheme_of(r), r["stem"]) == k)]  # fmt: skip
     rules = sorted({run_rule(r) for r in d["runs"] if r["pos_params"]}, key=rule_order)
 
     def top1(key: tuple[str, str], rule: tuple = default) -> list[float]:
@@ -237,12 +260,14 @@ def render_results(d: dict, folder: Path) -> str:
         """What a rule leaves short: `learned` and `relbias` seeds under the bar, schemes below the rule off."""
         under = [
             f"{label(*k)} seed {r['seed']} ({pct(r['test_top1'])})"
-            for k in (("learned", "patch"), ("relbias", "patch"))
+            for base in ("learned", "relbias")
+            for k in measured
+            if k[1] == "patch" and k[0].partition("|")[0] == base
             for r in sorted(by.get((*k, rule), []), key=lambda r: r["seed"])
             if r["test_top1"] < LEARN_BAR
         ]
         below = []
-        for k in learns:
+        for k in measured:
             them, on = top1(k, off), top1(k, rule)
             if len(them) < 2 or not on:
                 continue
@@ -308,7 +333,7 @@ def render_results(d: dict, folder: Path) -> str:
         "Every rule measured (test top-1; a rule: the lr scale, its ramp, the decay and what it pulls towards):",
         table(["scheme", *(rule_label(ru, default) for ru in rules)],
               [[label(*k), *(interval(top1(k, ru)) for ru in rules)]
-               for k in learns if sum(1 for ru in rules if top1(k, ru)) > 1]),  # fmt: skip
+               for k in measured if sum(1 for ru in rules if top1(k, ru)) > 1]),  # fmt: skip
         "The default against the rule off (scale 1, no decay)"
         + (" and against the same scale without a decay:" if before != default else ":"),
         table(["scheme", *(f"against {rule_label(ru, default)}" for ru in baselines)],
@@ -531,8 +556,17 @@ def render_fashion_mnist(d: dict, folder: Path) -> str:
     b = d["budget"]
     by = defaultdict(list)
     for r in d["runs"]:
-        by[r["pos"], r["stem"]].append(r)
+        by[scheme_of(r), r["stem"]].append(r)
     order = sorted(by, key=lambda k: -mean_ci([r["test_top1"] for r in by[k]])[0])
+    o = Config().optim
+    now = pos_rule(o.pos_lr_scale, o.pos_weight_decay, o.pos_decay_to, o.pos_lr_warmup_epochs)
+    optioned = ", ".join(label(*k) for k in order if "|" in k[0])
+    stale = (
+        [f"The default rule now differs ({rule_words(tuple(now.values()))})"]
+        if run_rule(b) != tuple(now.values())
+        else []
+    )
+    stale += [f"these runs set scheme options that are not the defaults: {optioned}"] if optioned else []
     epochs = {k: list(zip(*(r["val_curve"] for r in by[k]), strict=False)) for k in order}  # per epoch, one per seed
     mean = {k: [sum(v) / len(v) for v in e] for k, e in epochs.items()}  # the mean validation curve
     drift = {k: c[-1] - c[-4] if len(c) >= 4 else math.nan for k, c in mean.items()}
@@ -553,6 +587,8 @@ def render_fashion_mnist(d: dict, folder: Path) -> str:
         f"from the rest of train, {b['epochs']} epochs of batch {b['batch_size']}, AdamW lr {b['lr']:g}, "
         f"{rule_words(run_rule(b))}, fp32 on the CPU. Test: the 10,000 test images, best checkpoint "
         "by validation. Data: Debian's `dataset-fashion-mnist` (the original idx files, read offline). Chance is 10 %.",
+        "; ".join(stale) + f": `{d['command']}` again trains the schemes with position parameters at the defaults, "
+        "beside these runs." if stale else None,
         "Cells: mean in % over seeds, [95 % t-interval], (seeds). Last 3 epochs: how much the mean validation top-1 "
         "moved over the last three epochs, the test of a flattened curve. Train time: one thread per run, two runs "
         "at a time, alongside other jobs." + hardware_line(d["runs"], "the runs"),

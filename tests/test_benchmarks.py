@@ -229,11 +229,17 @@ def test_pages_of_runs_at_another_rule_say_so_and_how_to_take_the_default(bench,
     page = render.PAGES["diagnostics"](DIAGNOSTICS, tmp_path)
     assert ("The runs trained their position parameters at lr x 30 (`--pos-lr-scale`) without decay. The default "
             "rule differs (position parameters at lr x 30 (`--pos-lr-scale`) with a decay of 0.3 towards their start "
-            "(`--pos-weight-decay`, `--pos-decay-to`)): `python benchmarks/x.py --flag` again takes the runs at the "
-            "default.") in page  # fmt: skip
+            "(`--pos-weight-decay`, `--pos-decay-to`)). `python benchmarks/x.py --flag` again takes the runs at the "
+            "defaults.") in page  # fmt: skip
     results["budget"] |= {"default_pos_weight_decay": 0.0}
     (tmp_path / "results.json").write_text(json.dumps(results))
-    assert "The default rule differs" not in render.PAGES["diagnostics"](DIAGNOSTICS, tmp_path)
+    page = render.PAGES["diagnostics"](DIAGNOSTICS, tmp_path)
+    assert "The default rule differs" not in page and "again takes" not in page
+    results["runs"][0] |= {"pos": "rope2d", "pos_kwargs": {"theta": 10}}  # the rule's default, not the scheme's
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    assert ("without decay. Runs with scheme options, not the scheme's defaults: `rope2d` (theta=10). "
+            "`python benchmarks/x.py --flag` again takes the runs at the defaults.") in render.PAGES["diagnostics"](
+        DIAGNOSTICS, tmp_path)  # fmt: skip
 
 
 def test_results_page_holds_every_rule_against_the_default(bench):
@@ -425,11 +431,12 @@ def test_fashion_mnist_study_reuses_recorded_runs_whose_folders_are_gone_at_the_
     argv = ["--runs", "rope2d:patch", "learned:patch", "--seeds", "0", "--single", *out]
     assert fm.main(argv) == 0
     runs = json.loads((tmp_path / "fm.json").read_text())["runs"]
+    learned = bench.run_name("learned", "patch", 0, {k: budget[k] for k in fm.POS_RULE})  # named by its rule
     if same_budget:
-        assert trained == ["learned-patch-seed0"]  # the recorded rope2d run is not trained again
+        assert trained == [learned]  # the recorded rope2d run is not trained again
         assert runs[0] == recorded and runs[1]["val_curve"] == [0.4]
     else:  # a record made at another budget is not this study's: both runs are trained
-        assert trained == ["rope2d-patch-seed0", "learned-patch-seed0"]
+        assert trained == ["rope2d-patch-seed0", learned]
         assert [r["val_curve"] for r in runs] == [[0.4], [0.4]]
 
 
@@ -450,13 +457,37 @@ def test_fashion_mnist_study_under_another_rule_reuses_only_the_schemes_without_
     trained = fake_fashion_mnist_training(fm, tmp_path, monkeypatch)
     argv = ["--runs", "rope2d:patch", "learned:patch", "--seeds", "0", "--single", "--out", "fm",
             "--json", str(tmp_path / "fm.json")]  # fmt: skip
+    (tmp_path / "fm" / "learned-patch-seed0").mkdir(parents=True)  # the old rule's finished run: not reused
+    (tmp_path / "fm" / "learned-patch-seed0" / "results.json").write_text("{}")
     assert fm.main(argv) == 0
-    assert trained == ["learned-patch-seed0"]
+    rule = {k: fm.study_of(300)[k] for k in fm.POS_RULE}
+    assert trained == [bench.run_name("learned", "patch", 0, rule)] != ["learned-patch-seed0"]
     written = json.loads((tmp_path / "fm.json").read_text())
     assert written["runs"][0] == runs[0] and written["runs"][1]["test_top1"] == 0.4
     o = fm.Config.from_yaml(ROOT / fm.CONFIG).optim  # the new record names every field of the study's rule
     now = fm.pos_rule(o.pos_lr_scale, o.pos_weight_decay, o.pos_decay_to, o.pos_lr_warmup_epochs)
     assert {k: written["budget"][k] for k in fm.POS_RULE} == now and now["pos_lr_scale"] != 1.0
+
+
+def test_fashion_mnist_page_says_where_its_runs_differ_from_the_defaults(bench, tmp_path):
+    """Runs under another rule than the default, or with scheme options, are named as such, with the command that
+    trains the defaults; at the defaults the page says nothing of the kind."""
+    import render
+
+    from vitpos.optim import POS_RULE
+
+    d = json.loads((ROOT / "docs" / "fashion_mnist.json").read_text())
+    o = render.Config().optim
+    d["budget"] |= dict(zip(POS_RULE, (o.pos_lr_scale, o.pos_weight_decay, o.pos_decay_to, o.pos_lr_warmup_epochs)))
+    d["runs"] = [r | {"pos_kwargs": {}} for r in d["runs"]]
+    assert "again trains" not in render.render_fashion_mnist(d, tmp_path)
+    d["runs"][0]["pos_kwargs"] = {"theta": 10}
+    page = render.render_fashion_mnist(d, tmp_path)
+    named = render.label(render.scheme_of(d["runs"][0]), "patch")  # e.g. `rope2d` (theta=10)
+    assert f"these runs set scheme options that are not the defaults: {named}" in page
+    assert "The default rule now differs" not in page
+    d["budget"]["pos_lr_warmup_epochs"] = o.pos_lr_warmup_epochs + 1
+    assert "The default rule now differs (position parameters at lr x" in render.render_fashion_mnist(d, tmp_path)
 
 
 def finetune_here(bench, tmp_path: Path, monkeypatch, runs: list[dict]):
@@ -658,10 +689,43 @@ def test_results_study_with_jobs_trains_at_once_and_records_as_one_at_a_time(ben
         assert most[0] == int(jobs)
     assert threads == {"7", "2"}  # one job: the environment as it was; two: 4 cores / 2 each
     assert records[0]["runs"] == records[1]["runs"] and records[0]["top_others"] == records[1]["top_others"]
-    assert [r["run"] for r in records[1]["runs"]][:5] == ["rope2d-patch-seed0", "rope2d-patch-seed1",
-                                                           "liere-patch-lr30-wd0.3-start-seed0",
-                                                           "rope2d-mixed-patch-lr30-wd0.3-start-seed0",
-                                                           "rope2d-mixed-patch-lr30-wd0.3-start-seed1"]  # fmt: skip
+    assert [r["run"] for r in records[1]["runs"]][:5] == [
+        "rope2d-patch-seed0", "rope2d-patch-seed1", "liere-patch-lr30-wd0.3-start-ramp5-seed0",
+        "rope2d-mixed-patch-lr30-wd0.3-start-ramp5-seed0",
+        "rope2d-mixed-patch-lr30-wd0.3-start-ramp5-seed1"]  # fmt: skip
+
+
+def test_results_study_trains_scheme_options_apart_and_its_page_keeps_them_apart(bench, tmp_path, monkeypatch):
+    """A sweep item's KEY=VALUE (PART.KEY=VALUE in a composition) reaches train.py as --pos-kwarg, names the run
+    folder and the record, and the page shows those runs in their own row, never pooled with the scheme's defaults."""
+    import render
+    import results
+
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    flags_of = {}
+
+    def train_run(run_dir, flags, retrain=False):
+        flags_of[run_dir.name] = flags
+        top1 = 0.3 if "--pos-kwarg" in flags else 0.99
+        return {"run": run_dir.name, "best_val_top1": top1, "test_top1": top1, "train_top1": 1.0,
+                "train_seconds": 1.0}  # fmt: skip
+
+    monkeypatch.setattr(results, "train_run", train_run)
+    sweep = ["relbias:patch:30:1:locality=0", "relbias+peg:patch:30:0:relbias.locality=0"]
+    argv = ["--runs", "relbias:patch", "--seeds", "0", "1", "--others", "--ablation", "--sweep", *sweep,
+            "--json", str(tmp_path / "results.json")]  # fmt: skip
+    assert results.main(argv) == 0
+    assert flags_of["relbias-patch-lr30-wd0.3-start-ramp5-locality0-seed1"][-2:] == ["--pos-kwarg", "locality=0"]
+    assert flags_of["relbias+peg-patch-lr30-wd0.3-start-ramp5-locality0-seed0"][-2:] == [
+        "--pos-kwarg", 'relbias={"locality": 0}']  # fmt: skip
+    assert "--pos-kwarg" not in flags_of["relbias-patch-lr30-wd0.3-start-ramp5-seed1"]  # the default's own run
+    record = json.loads((tmp_path / "results.json").read_text())
+    assert [r.get("pos_kwargs") for r in record["runs"]] == [None, None, {"locality": 0}, {"relbias": {"locality": 0}}]
+    lines = render.render_results(record, ROOT / "docs").splitlines()
+    assert "| `relbias` | 99.0 [99.0, 99.0] (2) | 99.0 [99.0, 99.0] (2) | 100.0 [100.0, 100.0] (2) | 1 s |" in lines
+    assert not any(line.startswith("| `relbias` (locality=0) | 30.0") for line in lines)  # not in the headline
+    rules = next(line for line in lines if line.startswith("| x 30, ramped over 5 epochs, 0.3 to start (default) |"))
+    assert "`relbias` (locality=0) seed 1 (30.0)" in rules and "`relbias` seed" not in rules
 
 
 @pytest.mark.parametrize("study", ["results", "fashion_mnist"])

@@ -129,7 +129,7 @@ def test_format2_class_token_bias_checkpoint_computes_what_it_did(tmp_path, pos)
     assert cfg2.optim.pos_lr_scale == 1.0
     with torch.no_grad():
         torch.testing.assert_close(new(x), model(x), rtol=0, atol=0)
-    assert load_checkpoint(path)["vitpos_format"] == FORMAT == 4
+    assert load_checkpoint(path)["vitpos_format"] == FORMAT == 5
 
 
 def test_format3_position_rule_keeps_its_meaning(tmp_path):
@@ -150,6 +150,25 @@ def test_format3_position_rule_keeps_its_meaning(tmp_path):
     groups = param_groups(model_from_config(upgraded), 0.05, 1e-3, 30.0, 0.3, upgraded.optim.pos_decay_to)
     assert [g["weight_decay"] for g in groups if g["lr"] == 30e-3] == [0.3]
     assert not any(g.get("decay_to_start") for g in groups)
+
+
+@pytest.mark.parametrize(("pos", "kwargs", "named"), [
+    ("relbias", {}, {"locality": 0.0}), ("relbias", {"locality": 0.5}, {"locality": 0.5}),
+    ("relbias+peg", {}, {"relbias": {"locality": 0.0}}), ("rope2d", {}, {})])  # fmt: skip
+def test_format4_relbias_keeps_the_start_it_trained_from(tmp_path, pos, kwargs, named):
+    """Before format 5 a `relbias` table started from noise alone; an old config that names no ``locality`` gets 0
+    (a run that named one keeps it, other schemes are untouched), so rebuilding it gives that start, and a format-5
+    config with no ``locality`` means today's default."""
+    cfg = Config()
+    cfg.model.pos, cfg.model.pos_kwargs, cfg.model.embed_dim, cfg.model.num_heads, cfg.model.depth = (
+        pos, kwargs, 32, 2, 1)  # fmt: skip
+    state = {f"model.{k}": v for k, v in model_from_config(cfg).state_dict().items()}
+    path = tmp_path / "old.ckpt"
+    torch.save({"state_dict": state, "hyper_parameters": {"config": cfg.to_dict()}, "vitpos_format": 4}, path)
+    upgraded = config_from_checkpoint(load_checkpoint(path))
+    assert upgraded.model.pos_kwargs == named
+    torch.save({"state_dict": state, "hyper_parameters": {"config": cfg.to_dict()}, "vitpos_format": 5}, path)
+    assert config_from_checkpoint(load_checkpoint(path)).model.pos_kwargs == kwargs
 
 
 def test_upgrading_a_checkpoint_does_not_need_the_lightning_module(tmp_path):

@@ -461,7 +461,7 @@ def test_relbias_clamp_uses_edge_entries_for_far_offsets(tiny, grid):
 
 def test_relbias_locality_starts_every_block_from_a_distance_penalty_halving_per_head(tiny):
     """With no noise, the bias at init between two patches is -locality * 2^-h * their distance, in every block;
-    with noise, the same penalty underneath it."""
+    with noise, the same penalty underneath it; the default is locality 1, and 0 leaves the noise alone."""
     dy, dx = offsets(TRAIN)
     dist = (dy.square() + dx.square()).double().sqrt()  # (N, N) patch distances
     m = tiny("relbias", pos_kwargs={"locality": 0.5, "init_std": 0.0})
@@ -469,10 +469,13 @@ def test_relbias_locality_starts_every_block_from_a_distance_penalty_halving_per
         want = -0.5 * torch.tensor([1, 0.5, 0.25, 0.125], dtype=torch.float64)[:, None, None] * dist
         torch.testing.assert_close(a.bias.double(), want, rtol=0, atol=1e-6)
     tables = []
-    for kwargs in ({}, {"locality": 0.5}):
+    for kwargs in ({"locality": 0}, {"locality": 0.5}, {}, {"locality": 1}):
         torch.manual_seed(0)  # the same noise
         tables.append(tiny("relbias", pos_kwargs=kwargs).pos.table)
     torch.testing.assert_close(tables[1] - tables[0], m.pos.table, rtol=0, atol=1e-6)
+    torch.testing.assert_close(tables[2], tables[3], rtol=0, atol=0)
+    torch.testing.assert_close(tables[3] - tables[0], 2 * m.pos.table, rtol=0, atol=1e-6)
+    assert 0.01 < tables[0].std() < 0.03  # noise alone: trunc-normal, std .02
 
 
 def test_relbias_resize_keeps_a_constant_table_constant(tiny):

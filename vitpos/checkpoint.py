@@ -32,7 +32,9 @@ from .optim import param_groups
 # 3: optim.pos_lr_scale exists (absent before: 1); bias schemes with a class token learn its bias
 #    (``prefix_bias``; before: 0).
 # 4: optim.pos_decay_to and optim.pos_lr_warmup_epochs exist (absent before: zero, AdamW's decay, and 0).
-FORMAT = 4
+# 5: `relbias` tables start from a distance penalty unless told otherwise (its ``locality`` defaults to 1; before: 0,
+#    noise alone), and the ramp defaults to 5 epochs (format 4 configs already name it).
+FORMAT = 5
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -75,8 +77,21 @@ def upgrade_checkpoint(ckpt: dict[str, Any], path: str | Path = "checkpoint") ->
             optim = ckpt["hyper_parameters"]["config"].setdefault("optim", {})
             optim.setdefault("pos_decay_to", "zero")
             optim.setdefault("pos_lr_warmup_epochs", 0.0)
+        if fmt < 5:
+            name_relbias_start(ckpt["hyper_parameters"]["config"])
     ckpt["vitpos_format"] = FORMAT
     return ckpt
+
+
+def name_relbias_start(cfg: dict[str, Any]) -> None:
+    """Format 4 -> 5: a `relbias` table (alone or in a composition) then started from noise alone; the saved config
+    says so (``locality`` 0) where it named nothing, so that it builds the run's own start under today's default."""
+    model = cfg.setdefault("model", {})
+    parts = str(model.get("pos", "")).split("+")
+    if "relbias" not in parts:
+        return
+    kwargs = model.setdefault("pos_kwargs", {})
+    (kwargs if parts == ["relbias"] else kwargs.setdefault("relbias", {})).setdefault("locality", 0.0)
 
 
 def interleave_rope_pairs(state: dict[str, Tensor], optimizer_states: list[dict[str, Any]], reference: ViT) -> None:

@@ -178,10 +178,11 @@ class OptimConfig:
     pos_decay_to: str = opt("start", "what --pos-weight-decay pulls the position parameters towards: their "
                             "values when training starts, or zero (AdamW's decay)",
                             choices=("start", "zero"))  # fmt: skip
-    # Off by default: a ramp over 5 epochs keeps rope2d+learned within seed noise of its rule-off runs (3 epochs lift
-    # it, but not that far), but a `relbias` seed then stays on its plateau (as with 1 and 3 epochs, and with scale 10
-    # from the start): with its default init it leaves it early or not at all (docs/results.md).
-    pos_lr_warmup_epochs: float = opt(0.0, "epochs over which the position parameters' lr rises from lr to "
+    # Ramped in over 5 epochs: at the full scale from the first step rope2d+learned ends below its rule-off runs
+    # (seeds separated); ramped over 5 epochs it is within their seed noise (over 3, still below). `relbias` starts
+    # from a distance penalty (its `locality`) because from noise alone one seed stayed at 25-35 % (where a model
+    # blind to patch order ends) under every ramp measured (docs/results.md).
+    pos_lr_warmup_epochs: float = opt(5.0, "epochs over which the position parameters' lr rises from lr to "
                                            "lr x --pos-lr-scale (0: the full scale from the first step)",
                                       ge=0)  # fmt: skip
     weight_decay: float = opt(0.05, "AdamW weight decay (none on norms, biases, position)", ge=0)
