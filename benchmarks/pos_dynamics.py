@@ -17,7 +17,15 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import ROOT, cores_per_job, run_specs, study_budget, train_run, write_record  # noqa: E402  (benchmarks/ is on sys.path as a script)
+from common import (  # noqa: E402  (benchmarks/ is on sys.path as a script)
+    ROOT,
+    cores_per_job,
+    run_name,
+    run_specs,
+    study_budget,
+    train_run,
+    write_record,
+)
 
 from vitpos.config import Config
 from vitpos.optim import pos_rule
@@ -54,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     def train(job: tuple[tuple[str, str], str]) -> dict:
         (pos, stem), rule = job
         flags, fields = rules[rule]
-        run_dir = ROOT / args.out / f"{pos}-{stem}-{rule}-seed{args.seed}"
+        run_dir = ROOT / args.out / run_name(pos, stem, args.seed, fields)  # by the rule's values: a new default
+        # trains anew beside the old one's runs
         res = train_run(run_dir, ["--pos", pos, "--stem", stem, "--seed", str(args.seed), *flags])
         curves = pos_curves(run_dir)
         if not curves["step"]:

@@ -327,7 +327,11 @@ def render_results(d: dict, folder: Path) -> str:
         "tokens. The decay, because at that rate a parameter takes full-size steps whatever the size of its "
         "gradient: the pull bounds how far it moves from where it started (one the loss keeps pushing settles "
         "about 1/decay from it). Towards the start rather than zero, so that PEG's kernel or RoPE-Mixed's "
-        "frequencies are not erased. Schemes without "
+        "frequencies are not erased. The ramp (the scale rising from 1 over the first epochs), because at the full "
+        "scale from the first step the compositions with a learned table end below their rule-off runs (the last "
+        "table). `relbias` starts each table from a distance penalty (`--pos-kwarg locality=L`, default 1: -L, "
+        "-L/2, -L/4, ... per patch of distance over the heads), its own initialisation rather than part of the "
+        "rule; rows marked (locality=0) are its runs from noise alone, Swin's start. Schemes without "
         f"position parameters ({', '.join(label(*k) for k in trained if k not in learns)}) train identically "
         "under every rule.",
         "Every rule measured (test top-1; a rule: the lr scale, its ramp, the decay and what it pulls towards):",
@@ -781,11 +785,15 @@ def render_pos_dynamics(d: dict, folder: Path) -> str:
     """Per run of benchmarks/pos_dynamics.py: its top-1 and its position parameters' rms and gradient rms over
     training; each scheme against the first (``learned``) under the same rule, step by step."""
     runs, b = d["runs"], d["budget"]
-    rule_name = {"default": f"default ({rule_label(run_rule(b), ())})", "off": "off (x 1, no decay)"}
+    default = run_rule(b)  # the default when the runs trained
+
+    def rule_name(r: dict) -> str:
+        return rule_label(run_rule(r), default) if r["rule"] == "default" else "off (x 1, no decay)"
+
     rows = []
     for r in runs:
         peak = max(range(len(r["rms"])), key=r["rms"].__getitem__)
-        rows.append([f"`{r['pos']}`", rule_name[r["rule"]], pct(r["test_top1"]), pct(r["train_top1"]),
+        rows.append([f"`{r['pos']}`", rule_name(r), pct(r["test_top1"]), pct(r["train_top1"]),
                      f"{r['rms'][0]:.3f} (step {r['step'][0]})", f"{r['rms'][peak]:.3f} (step {r['step'][peak]})",
                      f"{r['rms'][-1]:.3f}",
                      f"{median(r['grad_rms']):.1e}"])  # fmt: skip
@@ -799,7 +807,7 @@ def render_pos_dynamics(d: dict, folder: Path) -> str:
         both = [(at[step], i) for i, step in enumerate(ref["step"]) if step in at]  # the steps both runs logged
         ratio = {k: [r[k][j] / ref[k][i] for j, i in both] for k in ("rms", "grad_rms")}
         top1 = f"{pct(r['test_top1'])} / {pct(ref['test_top1'])}"
-        pairs.append([f"`{r['pos']}` / `{base}`", rule_name[r["rule"]], spread(ratio["rms"], ".2f"),
+        pairs.append([f"`{r['pos']}` / `{base}`", rule_name(r), spread(ratio["rms"], ".2f"),
                       spread(ratio["grad_rms"], ".2f"), top1])  # fmt: skip
         if all(1 / ALIKE <= v <= ALIKE for v in ratio["rms"]) and 1 / ALIKE <= median(ratio["grad_rms"]) <= ALIKE:
             alike.append(f"`{r['pos']}` under the {r['rule']} rule")

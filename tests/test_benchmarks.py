@@ -810,10 +810,13 @@ def test_pos_dynamics_study_keeps_each_runs_curves_and_its_page_compares_them_st
 
     monkeypatch.setattr(pd, "train_run", train_run)
     assert pd.main(["--json", str(tmp_path / "pos_dynamics.json")]) == 0
-    assert set(flags_of) == {f"{p}-patch-{r}-seed0" for p in ("learned", "rope2d+learned") for r in ("default", "off")}
+    default = bench.run_name("learned", "patch", 0, pd.pos_rule(30.0, 0.3, "start", 5.0))  # named by the rule's values
+    assert default == "learned-patch-lr30-wd0.3-start-ramp5-seed0"
+    assert set(flags_of) == {f"{p}-patch-{r}-seed0" for p in ("learned", "rope2d+learned")
+                             for r in ("lr30-wd0.3-start-ramp5", "lr1")}  # fmt: skip
     rule_flags = {name: [f for f in flags if f.startswith("--pos-")] for name, flags in flags_of.items()}
-    assert rule_flags["learned-patch-off-seed0"] == ["--pos-lr-scale", "--pos-weight-decay"]
-    assert rule_flags["learned-patch-default-seed0"] == []  # nothing but the defaults
+    assert rule_flags["learned-patch-lr1-seed0"] == ["--pos-lr-scale", "--pos-weight-decay"]
+    assert rule_flags[default] == []  # nothing but the defaults
     d = json.loads((tmp_path / "pos_dynamics.json").read_text())
     by = {(r["pos"], r["rule"]): r for r in d["runs"]}
     assert by["learned", "off"]["pos_lr_scale"] == 1.0 < by["learned", "default"]["pos_lr_scale"]
