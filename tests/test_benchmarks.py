@@ -255,6 +255,7 @@ def test_results_page_holds_every_rule_against_the_default(bench):
     default = {"pos_weight_decay": 0.3, "pos_decay_to": "start"}
     record = json.loads((ROOT / "docs" / "results.json").read_text())
     record["budget"] |= {f"default_{k}": v for k, v in (default | {"pos_lr_scale": 30.0}).items()}
+    record["budget"]["default_pos_lr_warmup_epochs"] = 0.0  # this test's default: no ramp
     record["runs"] = [run("learned", k, 0.95 + k / 100, **default) for k in range(3)]
     record["runs"] += [run("learned", k, 0.90 + k / 100) for k in range(3)]  # older records: no decay named
     record["runs"] += [run("learned", 0, 0.30, scale=1.0)]
