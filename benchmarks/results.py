@@ -9,9 +9,8 @@ schemes, by default every one of ``--others``: docs/resolution.md's fine-tuning 
 compare means over seeds. The ``--top`` schemes are the ones the pages set beside the main runs. Schemes with
 position parameters also train with the rule off (``--pos-lr-scale 1``, no decay) and under the ``--sweep`` rules
 (scale, decay, its target, ramp; a scheme option where named); those without train identically under every rule,
-so once. A finished run is
-reused (its folder's results.json, or else its record in the JSON this study wrote before at the same budget): an
-interrupted study continues.
+so once. A finished run is reused (its folder's results.json, or else its record in the JSON this study wrote
+before at the same budget): an interrupted study continues.
 """
 
 from __future__ import annotations

@@ -6,9 +6,8 @@ so it depends on the offset alone. ``locality`` (default 1) starts each table fr
 -locality * 2^-h * |offset| for head h = 0, 1, ... (Euclidean, in patches), on top of the noise: attention is local
 from the first step, as in ALiBi, with steeper slopes. ``locality=0`` is Swin's start, noise alone: under the default
 position rule's ramp a `relbias` seed then stayed at 25-35 %, about what a model blind to patch order reaches
-(docs/results.md). With a class token, each block and head also learns the bias
-between it and the patches (``prefix_bias``, as BEiT: prefix -> patch, patch -> prefix, prefix ->
-prefix), zero at init like the table's mean.
+(docs/results.md). With a class token, each block and head also learns the bias between it and the patches
+(``prefix_bias``, as BEiT: prefix -> patch, patch -> prefix, prefix -> prefix), zero at init like the table's mean.
 
 Methods for a new grid (h, w):
 
