@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
 import os
 import shlex
@@ -178,28 +179,54 @@ def study_here(runs: list[dict], earlier: dict, sweep: Callable[[list[dict]], di
     return study
 
 
+def fingerprint(path: str | Path) -> str:
+    """The SHA-256 of a file: what a sweep record keeps of the checkpoint it measured."""
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
 def transfer_study(runs: list[dict], resolutions: list[str], limit: int, sweep_dir: Path, temperature_grids: list[str],
-                   extra: tuple[str, ...] = ()) -> dict:  # fmt: skip
+                   extra: tuple[str, ...] = (), earlier: dict | None = None) -> dict:  # fmt: skip
     """Every run's last checkpoint at every resolution with every transfer method, by one ``python -m
     vitpos.evaluate`` (a finished sweep of the same command is reused), each record with its run's seed; and
-    YaRN's two attention temperatures on the ``rope2d`` runs."""
+    YaRN's two attention temperatures on the ``rope2d`` runs.
+
+    A checkpoint whose records in ``earlier`` (the JSON this study wrote before) were made by the same sweep from a
+    file with the same SHA-256 keeps them and is not swept again: only new or retrained runs are evaluated.
+    """
     ckpts = [str(last_ckpt(r)) for r in runs]
-    cmd = ["-m", "vitpos.evaluate", "--ckpt", *ckpts, "--resolutions", *resolutions, "--split", "test", *extra,
-           "--out", str(sweep_dir), "--overwrite", *(["--limit", str(limit)] if limit else [])]  # fmt: skip
-    if finished_sweep(cmd, ckpts, sweep_dir):
+    args = ["--resolutions", *resolutions, "--split", "test", *extra, *(["--limit", str(limit)] if limit else [])]
+    stamp = {c: {"sweep": shlex.join(args), "checkpoint_sha256": fingerprint(c)} for c in ckpts}
+    old = (earlier or {}).get("records", [])
+    kept = [rec for rec in old if rec["checkpoint"] in stamp and stamp[rec["checkpoint"]].items() <= rec.items()]
+    todo = [c for c in ckpts if c not in {rec["checkpoint"] for rec in kept}]
+    if kept:
+        print(f"reusing the recorded sweep of {len(ckpts) - len(todo)} unchanged checkpoints", flush=True)
+    cmd = ["-m", "vitpos.evaluate", "--ckpt", *todo, *args, "--out", str(sweep_dir), "--overwrite"]
+    if todo and finished_sweep(cmd, todo, sweep_dir):
         print(f"reusing the finished sweep in {sweep_dir}", flush=True)
-    else:
+    elif todo:
         run([sys.executable, *cmd])
         (sweep_dir / "command.json").write_text(json.dumps(cmd) + "\n")  # what finished_sweep checks
     from vitpos.evaluate import load_records
 
+    new = load_records(sweep_dir / "resolution.json") if todo else []
     seed_of = {c: r["seed"] for c, r in zip(ckpts, runs, strict=True)}
-    records = [rec | {"seed": seed_of[rec["checkpoint"]]} for rec in load_records(sweep_dir / "resolution.json")]
+    records = [rec | stamp[rec["checkpoint"]] | {"seed": seed_of[rec["checkpoint"]]} for rec in kept + new]
     rope = [c for c, r in zip(ckpts, runs, strict=True) if (r["pos"], r["stem"]) == ("rope2d", "patch")]
-    return {
-        "records": records,
-        "yarn_temperature": temperature_study(rope, temperature_grids, limit) if temperature_grids else [],
-    }
+    if not temperature_grids:
+        return {"records": records, "yarn_temperature": []}
+    # a checkpoint's temperature rows are reused like its sweep: same file and image count, every grid measured
+    sha = {c: stamp[c]["checkpoint_sha256"] for c in rope}
+    rows = [t for t in (earlier or {}).get("yarn_temperature", [])
+            if t["checkpoint"] in sha and (t.get("limit"), t.get("checkpoint_sha256")) == (limit, sha[t["checkpoint"]])
+            and t["resolution"] in temperature_grids]  # fmt: skip
+    done = {c for c in rope if {t["resolution"] for t in rows if t["checkpoint"] == c} == set(temperature_grids)}
+    rows = [t for t in rows if t["checkpoint"] in done]
+    todo = [c for c in rope if c not in done]
+    fresh = temperature_study(todo, temperature_grids, limit) if todo else []
+    stamped = [t | {"limit": limit, "checkpoint_sha256": sha[t["checkpoint"]]} for t in fresh]
+    return {"records": records, "yarn_temperature": rows + stamped}
 
 
 def temperature_study(ckpts: list[str], grids: list[str], limit: int = 0) -> list[dict]:

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = list(pool.map(train, jobs))
     os.environ["OMP_NUM_THREADS"] = str(len(os.sched_getaffinity(0)))  # one sweep, every core
     sweep = partial(transfer_study, resolutions=args.resolutions, limit=args.eval_limit, sweep_dir=out / "resolution",
-                    temperature_grids=TEMPERATURE_GRIDS, extra=("--resize", "full"))  # fmt: skip
+                    temperature_grids=TEMPERATURE_GRIDS, extra=("--resize", "full"), earlier=earlier)  # fmt: skip
     study = study_here(runs, earlier, sweep)
     write_record(args.json, "fashion_mnist.py", argv, budget=budget, runs=runs, **study)
     return 0

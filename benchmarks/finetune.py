@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = [r for r in runs if str(last_ckpt(r)) not in left_out]
 
     def direct(here: list[dict]) -> dict:
-        return transfer_study(here, [str(s) for s in args.sizes], 0, out / "direct", [])
+        return transfer_study(here, [str(s) for s in args.sizes], 0, out / "direct", [], earlier=earlier)
 
     study = study_here(runs, earlier, direct)
     study["records"] += [rec for rec in earlier.get("records", []) if rec["checkpoint"] in left_out]

@@ -5,8 +5,9 @@
     python docs/render.py                                # docs/resolution.md and resolution.png
 
 One ``python -m vitpos.evaluate`` sweeps the last checkpoints of docs/results.json's runs at the default position
-rule with a seed in ``--seeds`` (reused when finished); also YaRN's per-frequency blend and its two attention
-temperatures. A run whose checkpoint is gone keeps its records from the JSON this study wrote before, at the
+rule with a seed in ``--seeds``; also YaRN's per-frequency blend and its two attention temperatures. A checkpoint
+swept before by the same sweep and unchanged since (same SHA-256) keeps its records, so only new or retrained runs
+are evaluated; a run whose checkpoint is gone keeps its records from the JSON this study wrote before, at the
 resolutions swept then.
 """
 
@@ -48,9 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     b = results["budget"]
     runs = [r for r in results["runs"] if at_default_rule(r, b) and r["seed"] in args.seeds]
     blend = yarn_blend(b["embed_dim"] // b["num_heads"], 100.0, b["img_size"] // b["patch_size"], [1.5, 2])
+    earlier = earlier_record(args.json)
     sweep = partial(transfer_study, resolutions=args.resolutions, limit=args.limit, sweep_dir=ROOT / args.sweep_dir,
-                    temperature_grids=TEMPERATURE_GRIDS)  # fmt: skip
-    study = study_here(runs, earlier_record(args.json), sweep)
+                    temperature_grids=TEMPERATURE_GRIDS, earlier=earlier)  # fmt: skip
+    study = study_here(runs, earlier, sweep)
     write_record(args.json, "resolution_transfer.py", argv, train_resolution=b["img_size"], limit=args.limit,
                  **study, yarn_blend=blend)  # fmt: skip
     return 0

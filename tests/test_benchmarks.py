@@ -46,6 +46,48 @@ def test_a_finished_sweep_is_reused_only_when_command_and_checkpoints_match(benc
     assert not bench.finished_sweep(cmd, [str(ckpt)], sweep_dir)  # retrained after the sweep
 
 
+def test_a_transfer_study_sweeps_only_checkpoints_it_has_not_measured(bench, tmp_path, monkeypatch):
+    """Records of an unchanged checkpoint (same bytes, same sweep) are kept; a new or retrained one is swept."""
+    runs = []
+    for pos, seed in (("learned", 0), ("rope2d", 0)):
+        (tmp_path / f"{pos}-seed{seed}" / "checkpoints").mkdir(parents=True)
+        (tmp_path / f"{pos}-seed{seed}" / "checkpoints" / "last.ckpt").write_bytes(pos.encode())
+        runs.append({"pos": pos, "stem": "patch", "seed": seed, "run": str(tmp_path / f"{pos}-seed{seed}")})
+    swept, measured = [], []
+
+    def evaluate(cmd):  # the evaluator's part: one record per checkpoint and resolution
+        ckpts = cmd[cmd.index("--ckpt") + 1 : cmd.index("--resolutions")]
+        sizes = cmd[cmd.index("--resolutions") + 1 : cmd.index("--split")]
+        swept.append([Path(c).parents[1].name for c in ckpts])
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.mkdir(exist_ok=True)
+        recs = [transfer_record("x", int(s), 0.5, 0, c) for c in ckpts for s in sizes]
+        (out / "resolution.json").write_text(json.dumps(recs))
+
+    def temperatures(ckpts, grids, limit):
+        measured.append([Path(c).parents[1].name for c in ckpts])
+        return [{"checkpoint": c, "temperature": "axis", "resolution": g, "top1": 0.5} for c in ckpts for g in grids]
+
+    monkeypatch.setattr(bench, "run", lambda cmd: evaluate(cmd[1:]))
+    monkeypatch.setattr(bench, "temperature_study", temperatures)
+    study = bench.transfer_study
+    first = study(runs, ["32", "64"], 300, tmp_path / "sweep", ["64"])
+    assert swept == [["learned-seed0", "rope2d-seed0"]] and measured == [["rope2d-seed0"]]
+    assert all(len(r["checkpoint_sha256"]) == 64 for r in first["records"] + first["yarn_temperature"])
+    again = study(runs, ["32", "64"], 300, tmp_path / "sweep", ["64"], earlier=first)
+    assert len(swept) == 1 and len(measured) == 1  # nothing new to measure
+    assert sorted(map(json.dumps, again["records"])) == sorted(map(json.dumps, first["records"]))
+    assert again["yarn_temperature"] == first["yarn_temperature"]
+    (tmp_path / "learned-seed0" / "checkpoints" / "last.ckpt").write_bytes(b"retrained")
+    third = study(runs, ["32", "64"], 300, tmp_path / "sweep", ["64"], earlier=first)
+    assert swept[-1] == ["learned-seed0"] and len(measured) == 1
+    assert len(third["records"]) == 4 and len({r["checkpoint_sha256"] for r in third["records"]}) == 2
+    study(runs, ["32", "96"], 300, tmp_path / "sweep", ["64"], earlier=third)  # another sweep: every checkpoint
+    assert swept[-1] == ["learned-seed0", "rope2d-seed0"]
+    study(runs, ["32", "96"], 100, tmp_path / "sweep", ["64", "96"], earlier=third)
+    assert measured[-1] == ["rope2d-seed0"]  # another image count and grid: the temperatures again
+
+
 def test_mean_ci_is_the_t_interval_and_separation_needs_disjoint_intervals(bench):
     import render
 
@@ -522,7 +564,7 @@ def test_finetune_study_tests_directly_and_fine_tunes_each_run_and_renders(bench
         hardware = "1 x GPU" if size == "64" else "1 x CPU"
         return {"test_top1": {"32": 0.99, "48": 0.9, "64": 0.8}[size], "hardware": hardware}
 
-    def transfer_study(runs, resolutions, limit, sweep_dir, temperature_grids):
+    def transfer_study(runs, resolutions, limit, sweep_dir, temperature_grids, earlier):
         assert resolutions == ["48", "64"] and limit == 0 and not temperature_grids  # the whole split, no YaRN study
         ckpt = {r["seed"]: str(tmp_path / r["run"] / "checkpoints" / "last.ckpt") for r in runs}
         recs = [transfer_record("rope2d", 48, 0.5 + k / 100, k, ckpt[k]) for k in ckpt]
@@ -565,7 +607,7 @@ def test_finetune_study_with_runs_keeps_the_records_of_the_schemes_it_leaves_out
     trained, swept = [], []
     monkeypatch.setattr(finetune, "train_run", lambda run_dir, flags: trained.append(run_dir.name) or {"test_top1": 1})
 
-    def transfer_study(runs, resolutions, limit, sweep_dir, temperature_grids):
+    def transfer_study(runs, resolutions, limit, sweep_dir, temperature_grids, earlier):
         swept.extend(r["pos"] for r in runs)
         return {"records": [transfer_record("rope2d", 64, 0.4, 0, str(finetune.last_ckpt(runs[0])))],
                 "yarn_temperature": []}  # fmt: skip
