@@ -141,20 +141,16 @@ def at_default_rule(run: dict, budget: dict) -> bool:
     return pos_rule_of(run) == pos_rule_of(budget, "default_") and not run.get("pos_kwargs")
 
 
-def leaf_options(opts: dict) -> list[tuple[str, object]]:
-    """A run's scheme options as (key, value) leaves, sorted: a composition's {"relbias": {"locality": 0}} gives
-    ("locality", 0)."""
-    return sorted(kv for k, v in opts.items() for kv in (leaf_options(v) if isinstance(v, dict) else [(k, v)]))
-
-
 def run_name(pos: str, stem: str, seed: int, rule: dict, opts: dict | None = None) -> str:
     """The run folder of a scheme with position parameters: lrS, then -wdW (a decay towards zero, the first
     measured) or -wdW-start, then -rampE, then each scheme option it sets (-localityL); the names of runs recorded
     before a field existed stay as they were."""
+    from vitpos.config import option_leaves
+
     decay = rule["pos_weight_decay"]
     pull = f"-wd{decay:g}" + ("" if rule["pos_decay_to"] == "zero" else f"-{rule['pos_decay_to']}") if decay else ""
     ramp = f"-ramp{rule['pos_lr_warmup_epochs']:g}" if rule["pos_lr_warmup_epochs"] else ""
-    named = "".join(f"-{k}{v:g}" if isinstance(v, int | float) else f"-{k}{v}" for k, v in leaf_options(opts or {}))
+    named = "".join(f"-{k}{v:g}" if isinstance(v, int | float) else f"-{k}{v}" for k, v in option_leaves(opts or {}))
     return f"{pos}-{stem}-lr{rule['pos_lr_scale']:g}{pull}{ramp}{named}-seed{seed}"
 
 

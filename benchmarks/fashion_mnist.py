@@ -37,7 +37,7 @@ from common import (  # noqa: E402  (benchmarks/ is on sys.path as a script)
 )
 
 from vitpos.config import Config
-from vitpos.optim import POS_RULE, pos_rule, pos_rule_of
+from vitpos.optim import POS_RULE, pos_rule_of
 
 CONFIG = "configs/fashion_mnist_study.yaml"
 NEWEST = ["alibi2d:patch", "lookhere:patch", "rope2d-norm:patch", "liere:patch"]  # with the first seed
@@ -55,7 +55,7 @@ def study_of(eval_limit: int) -> dict:
     """The budget this study's page states: the config's training budget and how many test images are swept."""
     cfg = Config.from_yaml(ROOT / CONFIG)
     o, d = cfg.optim, cfg.data
-    rule = pos_rule(o.pos_lr_scale, o.pos_weight_decay, o.pos_decay_to, o.pos_lr_warmup_epochs)
+    rule = pos_rule_of(vars(o))
     return study_budget(cfg, config=CONFIG, train_limit=d.train_limit, holdout_size=d.holdout_size, **rule,
                         eval_limit=eval_limit)  # fmt: skip
 

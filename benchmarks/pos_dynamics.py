@@ -28,7 +28,7 @@ from common import (  # noqa: E402  (benchmarks/ is on sys.path as a script)
 )
 
 from vitpos.config import Config
-from vitpos.optim import pos_rule
+from vitpos.optim import pos_rule, pos_rule_of
 
 RUNS = ["learned:patch", "rope2d+learned:patch"]
 RULE_OFF = ["--pos-lr-scale", "1", "--pos-weight-decay", "0"]
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["OMP_NUM_THREADS"] = str(threads)  # inherited by each training (common.run passes os.environ on)
     cfg = Config()
     o = cfg.optim
-    default = pos_rule(o.pos_lr_scale, o.pos_weight_decay, o.pos_decay_to, o.pos_lr_warmup_epochs)
+    default = pos_rule_of(vars(o))
     rules = {"default": ([], default), "off": (RULE_OFF, pos_rule(1.0))}
 
     def train(job: tuple[tuple[str, str], str]) -> dict:

@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     run_specs(p, args.runs + args.others + args.more_seeds)
     cfg, out = Config(), ROOT / args.out
     o = cfg.optim
-    default = pos_rule(o.pos_lr_scale, o.pos_weight_decay, o.pos_decay_to, o.pos_lr_warmup_epochs)
+    default = pos_rule_of(vars(o))
     off = pos_rule(1.0)
     with_params = [s for s in dict.fromkeys(args.runs + args.others + args.more_seeds) if has_pos_params(s)]
     d = cfg.data

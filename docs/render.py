@@ -24,8 +24,8 @@ from scipy.stats import t as student_t
 
 DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent))  # run as a script: this checkout's vitpos first
-from vitpos.config import Config  # noqa: E402
-from vitpos.optim import pos_rule, pos_rule_of  # noqa: E402
+from vitpos.config import Config, option_leaves  # noqa: E402
+from vitpos.optim import pos_rule_of  # noqa: E402
 from vitpos.resolution import resolution_label  # noqa: E402
 
 CHANCE, BAG_CEILING = 0.125, 0.25  # `shapes`: 8 classes; a model blind to patch order tells 2 of them apart
@@ -95,11 +95,7 @@ def label(pos: str, stem: str) -> str:
 def scheme_of(r: dict) -> str:
     """A run's scheme as a key: POS, and |KEY=VALUE, ... where it set scheme options (a composition's part's
     options by their own keys), so runs with other options are not pooled with the scheme's defaults."""
-
-    def leaves(opts: dict) -> list[str]:
-        return sorted(x for k, v in opts.items() for x in (leaves(v) if isinstance(v, dict) else [f"{k}={v:g}"]))
-
-    opts = leaves(r.get("pos_kwargs") or {})
+    opts = [f"{k}={v:g}" for k, v in option_leaves(r.get("pos_kwargs") or {})]
     return r["pos"] + ("|" + ", ".join(opts) if opts else "")
 
 
@@ -563,7 +559,7 @@ def render_fashion_mnist(d: dict, folder: Path) -> str:
         by[scheme_of(r), r["stem"]].append(r)
     order = sorted(by, key=lambda k: -mean_ci([r["test_top1"] for r in by[k]])[0])
     o = Config().optim
-    now = pos_rule(o.pos_lr_scale, o.pos_weight_decay, o.pos_decay_to, o.pos_lr_warmup_epochs)
+    now = pos_rule_of(vars(o))
     optioned = ", ".join(label(*k) for k in order if "|" in k[0])
     stale = (
         [f"The default rule now differs ({rule_words(tuple(now.values()))})"]

@@ -508,7 +508,7 @@ def test_fashion_mnist_study_under_another_rule_reuses_only_the_schemes_without_
     written = json.loads((tmp_path / "fm.json").read_text())
     assert written["runs"][0] == runs[0] and written["runs"][1]["test_top1"] == 0.4
     o = fm.Config.from_yaml(ROOT / fm.CONFIG).optim  # the new record names every field of the study's rule
-    now = fm.pos_rule(o.pos_lr_scale, o.pos_weight_decay, o.pos_decay_to, o.pos_lr_warmup_epochs)
+    now = fm.pos_rule_of(vars(o))
     assert {k: written["budget"][k] for k in fm.POS_RULE} == now and now["pos_lr_scale"] != 1.0
 
 
