@@ -10,8 +10,9 @@ tests the last checkpoints at each ``--sizes`` with every transfer method on the
 each size, and at the training size too: the control, the same training without a new grid (on ``--accelerator``; each
 fine-tuning record keeps the hardware its run names in results.json). Finished runs are reused; a run
 whose checkpoint is gone, or whose scheme ``--runs`` leaves out, keeps its records from the JSON this study wrote
-before. The fine-tuning flags are written beside the runs (``--out``/protocol.json): another protocol needs its own
-``--out``, and keeps no fine-tuning record made with the old one.
+before, and so do a scheme's runs at an earlier default rule until its runs at the current one are fine-tuned. The
+fine-tuning flags are written beside the runs (``--out``/protocol.json): another protocol needs its own ``--out``, and
+keeps no fine-tuning record made with the old one.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
     study = study_here(runs, earlier, direct)
     study["records"] += [rec for rec in earlier.get("records", []) if rec["checkpoint"] in left_out]
-    # runs left out by --runs, or whose checkpoints are gone, keep theirs; runs no longer at the default rule do not
+    # runs left out by --runs, or whose checkpoints are gone, keep theirs (earlier defaults: below)
     same = earlier.get("finetune", protocol) == protocol  # the direct sweep does not depend on the protocol
     finetuned = {(f["run"], f["img_size"]): f for f in earlier.get("finetuned", []) if f["run"] in current and same}
     for r in runs:
@@ -84,8 +85,15 @@ def main(argv: list[str] | None = None) -> int:
             finetuned[r["run"], size] = {"run": r["run"], "pos": r["pos"], "stem": r["stem"], "seed": r["seed"],
                                          "img_size": size, "test_top1": res["test_top1"],
                                          "hardware": res.get("hardware")}  # fmt: skip
+    # A scheme's runs at an earlier default keep their records until its runs at this one are fine-tuned (their
+    # checkpoints may be on another machine): the page shows them apart, under the rule they trained with.
+    fresh = {(f["pos"], f["stem"]) for f in finetuned.values()}
+    older = [f for f in earlier.get("finetuned", []) if f["run"] not in current and same
+             and (f["pos"], f["stem"]) not in fresh]  # fmt: skip
+    ckpts = {str(ROOT / f["run"] / "checkpoints" / "last.ckpt") for f in older}
+    study["records"] += [rec for rec in earlier.get("records", []) if rec["checkpoint"] in ckpts]
     write_record(args.json, "finetune.py", argv, train_resolution=b["img_size"], sizes=args.sizes, finetune=protocol,
-                 records=study["records"], finetuned=list(finetuned.values()))  # fmt: skip
+                 records=study["records"], finetuned=[*finetuned.values(), *older])  # fmt: skip
     return 0
 
 

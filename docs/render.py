@@ -405,22 +405,60 @@ def temperature_section(temp: list[dict]) -> list[Block]:
 
 
 def finetune_section(ft: dict, results: dict | None) -> list[Block]:
-    """Swin v2's Table 1 on `shapes`: tested directly at each size against after one epoch of fine-tuning there."""
+    """Swin v2's Table 1 on `shapes`: tested directly at each size against after one epoch of fine-tuning there; the
+    runs of an earlier default rule that the study kept, in a table of their own."""
     train, sizes = ft["train_resolution"], ft["sizes"]
-    direct, tuned, base = defaultdict(list), defaultdict(list), defaultdict(list)
-    for r in ft["records"]:
-        if r["default_method"] and r["height"] == r["width"]:
-            direct[r["scheme"], r["stem"], r["height"]].append(r["top1"])
-    for f in ft["finetuned"]:
-        tuned[f["pos"], f["stem"], f["img_size"]].append(f["test_top1"])
-    trained = {f["run"] for f in ft["finetuned"]}
-    for r in (results or {}).get("runs", []):
-        if r["run"] in trained:
-            base[r["pos"], r["stem"]].append(r["test_top1"])
-    keys = list(dict.fromkeys((f["pos"], f["stem"]) for f in ft["finetuned"]))
-    rows, verdicts = [], []
+    runs = {r["run"]: r for r in (results or {}).get("runs", [])}
+    default = run_rule(results["budget"], "default_") if results else ()
 
-    for k in keys:
+    def now(run: str) -> bool:  # at the default rule and options (a run results.json lacks: taken to be)
+        r = runs.get(run)
+        return r is None or not r.get("pos_params") or (run_rule(r) == default and not r.get("pos_kwargs"))
+
+    now_runs = [f for f in ft["finetuned"] if now(f["run"])]
+    old_runs = [f for f in ft["finetuned"] if not now(f["run"])]
+    n = int(ft["finetune"][ft["finetune"].index("--epochs") + 1])
+    unit = "epoch" if n == 1 else "epochs"
+    more = f"{'one' if n == 1 else n} more {unit}"
+    heads = ["scheme", f"{train} px", f"{train} px +{n} {unit}"]
+    heads += [h for s in sizes for h in (f"{s} px directly", f"{s} px fine-tuned")]
+    blocks: list[Block] = [
+        "## Fine-tuning at a new size (Swin v2's Table 1 protocol)",
+        rule_line(sorted({Path(f["run"]).name for f in now_runs}), results, ft["command"]),
+        f"Made by `{ft['command']}`. Each {train} px run tested directly at each size (its default method, the "
+        f"whole test split) and after {more} there (`train.py --init-from RUN/checkpoints/last.ckpt "
+        f"--img-size R {' '.join(ft['finetune'])}`, which carries the scheme's parameters to the new grid by its "
+        f"default method); `{heads[2]}`: the same training at the training size, the control for the extra "
+        "training. Test top-1, mean [95 % interval] (seeds)." + hardware_line(ft["finetuned"]),
+        *finetune_table(ft, now_runs, runs, heads),
+    ]
+    if old_runs:
+        older = sorted({Path(f["run"]).name for f in old_runs})
+        blocks += [
+            "Schemes whose runs at the default rule are not fine-tuned yet keep those of an earlier default, by the "
+            "same protocol, in a table of their own.",
+            rule_line(older, results, ft["command"]),
+            *finetune_table(ft, old_runs, runs, heads),
+        ]
+    return blocks
+
+
+def finetune_table(ft: dict, finetuned: list[dict], runs: dict[str, dict], heads: list[str]) -> list[Block]:
+    """The table of the ``finetuned`` runs (test top-1 at 32 px from ``runs``, results.json's runs by folder), and
+    the verdicts: fine-tuned against tested directly at each size."""
+    train, sizes = ft["train_resolution"], ft["sizes"]
+    trained = {f["run"] for f in finetuned}
+    names = {Path(run).name for run in trained}
+    direct, tuned, base = defaultdict(list), defaultdict(list), defaultdict(list)
+    for r in ft["records"]:  # RUN/checkpoints/last.ckpt, its path absolute: the run by its folder's name
+        if r["default_method"] and r["height"] == r["width"] and Path(r["checkpoint"]).parents[1].name in names:
+            direct[r["scheme"], r["stem"], r["height"]].append(r["top1"])
+    for f in finetuned:
+        tuned[f["pos"], f["stem"], f["img_size"]].append(f["test_top1"])
+    for run in trained & runs.keys():
+        base[runs[run]["pos"], runs[run]["stem"]].append(runs[run]["test_top1"])
+    rows, verdicts = [], []
+    for k in dict.fromkeys((f["pos"], f["stem"]) for f in finetuned):
         cells = [interval(base[k]), interval(tuned[(*k, train)])]
         by: dict[str, list[str]] = defaultdict(list)  # verdict ("{}": where the sizes go) -> the sizes it holds at
         for s in sizes:
@@ -437,22 +475,7 @@ def finetune_section(ft: dict, results: dict | None) -> list[Block]:
                 by["fine-tuned and tested directly not separated at {} px"].append(f"{s}")
         verdicts += [f"- {label(*k)}: {v.format(' and '.join(at))}." for v, at in by.items()]
         rows.append([label(*k), *cells])
-    n = int(ft["finetune"][ft["finetune"].index("--epochs") + 1])
-    unit = "epoch" if n == 1 else "epochs"
-    more = f"{'one' if n == 1 else n} more {unit}"
-    heads = ["scheme", f"{train} px", f"{train} px +{n} {unit}"]
-    heads += [h for s in sizes for h in (f"{s} px directly", f"{s} px fine-tuned")]
-    return [
-        "## Fine-tuning at a new size (Swin v2's Table 1 protocol)",
-        rule_line([Path(run).name for run in trained], results, ft["command"]),
-        f"Made by `{ft['command']}`. Each {train} px run tested directly at each size (its default method, the "
-        f"whole test split) and after {more} there (`train.py --init-from RUN/checkpoints/last.ckpt "
-        f"--img-size R {' '.join(ft['finetune'])}`, which carries the scheme's parameters to the new grid by its "
-        f"default method); `{heads[2]}`: the same training at the training size, the control for the extra "
-        "training. Test top-1, mean [95 % interval] (seeds)." + hardware_line(ft["finetuned"]),
-        table(heads, rows),
-        verdicts,
-    ]
+    return [table(heads, rows), verdicts]
 
 
 def hardware_line(runs: list[dict], who: str = "the fine-tuning runs") -> str:

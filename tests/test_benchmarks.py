@@ -625,6 +625,55 @@ def test_finetune_study_with_runs_keeps_the_records_of_the_schemes_it_leaves_out
         finetune.main([*argv, "--runs", "rope9:patch"])
 
 
+def test_finetune_study_keeps_an_earlier_defaults_runs_apart_until_the_schemes_current_runs_are_fine_tuned(
+    bench, tmp_path, monkeypatch
+):
+    """A scheme whose runs at the default rule have no fine-tuning yet keeps the records of its runs at an earlier
+    default, which the page shows in a table of their own; once its current runs are fine-tuned, they go."""
+    import render
+
+    rope = {"run": "runs/rope2d-patch-seed0", "pos": "rope2d", "stem": "patch", "seed": 0, "pos_lr_scale": 30.0,
+            "pos_weight_decay": 0.0, "test_top1": 0.99, "pos_params": False}  # fmt: skip
+    learned = rope | {"run": "runs/learned-patch-lr30-seed0", "pos": "learned", "pos_params": True, "test_top1": 0.9}
+    finetune = finetune_here(bench, tmp_path, monkeypatch, [rope])  # `learned`'s checkpoint: not here yet
+    old = learned | {"run": "runs/learned-patch-lr1-seed0", "pos_lr_scale": 1.0, "test_top1": 0.5}
+    d = read_json(tmp_path)
+    (tmp_path / "results.json").write_text(json.dumps(d | {"runs": [*d["runs"], learned, old]}))
+    old_ckpt = str(tmp_path / old["run"] / "checkpoints" / "last.ckpt")
+    earlier = {"finetune": ["--epochs", "1", "--lr", "0.00025", "--warmup-epochs", "0.1"],
+               "records": [transfer_record("learned", s, 0.2, 0, old_ckpt) for s in (48, 64)],
+               "finetuned": [{"run": old["run"], "pos": "learned", "stem": "patch", "seed": 0, "img_size": s,
+                              "test_top1": t} for s, t in ((32, 0.6), (48, 0.4), (64, 0.3))]}  # fmt: skip
+    (tmp_path / "finetune.json").write_text(json.dumps(earlier))
+    monkeypatch.setattr(finetune, "train_run", lambda run_dir, flags: {"test_top1": 0.95})
+
+    def transfer_study(runs, resolutions, limit, sweep_dir, temperature_grids, earlier):
+        return {"records": [transfer_record(r["pos"], s, 0.7, 0, str(finetune.last_ckpt(r))) for r in runs
+                            for s in (48, 64)], "yarn_temperature": []}  # fmt: skip
+
+    monkeypatch.setattr(finetune, "transfer_study", transfer_study)
+    argv = ["--results", str(tmp_path / "results.json"), "--json", str(tmp_path / "finetune.json")]
+    assert finetune.main(argv) == 0
+    d = json.loads((tmp_path / "finetune.json").read_text())
+    assert {f["run"] for f in d["finetuned"]} == {rope["run"], old["run"]}
+    assert sorted(r["scheme"] for r in d["records"]) == ["learned", "learned", "rope2d", "rope2d"]
+    blocks = render.finetune_section(d, read_json(tmp_path))
+    tables = [b for b in blocks if isinstance(b, list) and b and b[0].startswith("| scheme")]
+    assert len(tables) == 2 and "`rope2d`" in tables[0][2] and len(tables[0]) == 3  # one row each
+    assert tables[1][2] == "| `learned` | 50.0 (1) | 60.0 (1) | 20.0 (1) | 40.0 (1) | 20.0 (1) | 30.0 (1) |"
+    said = "\n".join(b for b in blocks if isinstance(b, str))
+    assert "keep those of an earlier default" in said and "The default rule differs" in said
+
+    (tmp_path / learned["run"] / "checkpoints").mkdir(parents=True)  # its current run, here now
+    (tmp_path / learned["run"] / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    assert finetune.main(argv) == 0
+    d = json.loads((tmp_path / "finetune.json").read_text())
+    assert {f["run"] for f in d["finetuned"]} == {rope["run"], learned["run"]}
+    assert old_ckpt not in {r["checkpoint"] for r in d["records"]}
+    blocks = render.finetune_section(d, read_json(tmp_path))
+    assert not any("earlier default" in b for b in blocks if isinstance(b, str))
+
+
 def test_finetune_study_keeps_one_protocol_per_folder_and_no_record_of_another(bench, tmp_path, monkeypatch, capsys):
     import render
 
