@@ -227,8 +227,8 @@ def render_results(d: dict, folder: Path) -> str:
     trained = [k for k in order if by.get((*k, default)) and "|" not in k[0]]  # the default rule and options
     learns = [k for k in trained if by[(*k, default)][0]["pos_params"]]  # schemes with position parameters
     # ... and those runs with other scheme options, whose runs under other rules the rule tables show too
-    measured = learns + [k for k in order if k not in learns and any(r["pos_params"] for r in d["runs"]
-                                                                     if (scheme_of(r), r["stem"]) == k)]  # fmt: skip
+    with_params = {(scheme_of(r), r["stem"]) for r in d["runs"] if r["pos_params"]}
+    measured = learns + [k for k in order if k not in learns and k in with_params]
     rules = sorted({run_rule(r) for r in d["runs"] if r["pos_params"]}, key=rule_order)
 
     def top1(key: tuple[str, str], rule: tuple = default) -> list[float]:
