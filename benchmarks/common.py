@@ -154,6 +154,23 @@ def run_name(pos: str, stem: str, seed: int, rule: dict, opts: dict | None = Non
     return f"{pos}-{stem}-lr{rule['pos_lr_scale']:g}{pull}{ramp}{named}-seed{seed}"
 
 
+def study_run(
+    out: Path, pos: str, stem: str, seed: int, rule: dict, opts: dict, params: bool
+) -> tuple[Path, list[str]]:
+    """A study's run: its folder under ``out`` and its ``train.py`` flags, the scheme and the seed, and for a scheme
+    with position ``params`` the rule and its scheme options (those without train identically under every rule, so
+    their folder names none)."""
+    flags = ["--pos", pos, "--stem", stem, "--seed", str(seed)]
+    if not params:
+        return out / f"{pos}-{stem}-seed{seed}", flags
+    for k, v in rule.items():
+        if v != "none":  # no decay: nothing to pull towards
+            flags += [f"--{k.replace('_', '-')}", v if isinstance(v, str) else f"{v:g}"]
+    for k, v in opts.items():  # JSON is YAML: --pos-kwarg relbias={"locality": 0} for a composition's part
+        flags += ["--pos-kwarg", f"{k}={json.dumps(v)}"]
+    return out / run_name(pos, stem, seed, rule, opts), flags
+
+
 def last_ckpt(run: dict) -> Path:
     return ROOT / run["run"] / "checkpoints" / "last.ckpt"
 

@@ -12,7 +12,8 @@ fine-tuning record keeps the hardware its run names in results.json). Finished r
 whose checkpoint is gone, or whose scheme ``--runs`` leaves out, keeps its records from the JSON this study wrote
 before, and so do a scheme's runs at an earlier default rule until its runs at the current one are fine-tuned. The
 fine-tuning flags are written beside the runs (``--out``/protocol.json): another protocol needs its own ``--out``, and
-keeps no fine-tuning record made with the old one.
+keeps no fine-tuning record made with the old one. ``--train-missing`` first trains the runs whose checkpoints are
+gone again, with the flags and seeds benchmarks/results.py gave them.
 """
 
 from __future__ import annotations
@@ -26,13 +27,17 @@ from common import (  # noqa: E402
     ROOT,
     at_default_rule,
     earlier_record,
+    has_pos_params,
     last_ckpt,
     run_specs,
     study_here,
+    study_run,
     train_run,
     transfer_study,
     write_record,
 )
+
+from vitpos.optim import pos_rule_of
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/bench-shapes/finetune", help="folder of the fine-tuning runs")
     p.add_argument("--json", default=str(ROOT / "docs" / "finetune.json"))
     p.add_argument("--accelerator", default="cpu", help="where the fine-tuning runs train (train.py --accelerator)")
+    p.add_argument("--train-missing", action="store_true",
+                   help="first train the runs whose checkpoints are gone again, with the flags and seed benchmarks/"
+                        "results.py gave them (on --accelerator)")  # fmt: skip
     p.add_argument("--ft-epochs", type=int, default=1, help="epochs of each fine-tuning run")
     p.add_argument("--ft-lr", type=float, default=2.5e-4, help="its peak lr (default: a quarter of the 32 px runs')")
     p.add_argument("--ft-warmup-epochs", type=float, default=0.1, help="its warmup")
@@ -66,6 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     manifest.write_text(json.dumps(protocol))
     left_out = {str(last_ckpt(r)) for r in runs if picked and (r["pos"], r["stem"]) not in picked}
     runs = [r for r in runs if str(last_ckpt(r)) not in left_out]
+    for r in runs if args.train_missing else []:
+        if not last_ckpt(r).is_file():  # the same training; on other hardware its numbers may differ from the record
+            rule, opts = pos_rule_of(r), r.get("pos_kwargs") or {}
+            _, flags = study_run(ROOT, r["pos"], r["stem"], r["seed"], rule, opts, has_pos_params(r["pos"]))
+            flags += ["--accelerator", args.accelerator] if args.accelerator != "cpu" else []
+            res = train_run(ROOT / r["run"], flags, retrain=True)
+            print(f"trained {r['run']} again: test top-1 {res['test_top1']:.4f} (recorded: {r['test_top1']:.4f})")
 
     def direct(here: list[dict]) -> dict:
         return transfer_study(here, [str(s) for s in args.sizes], 0, out / "direct", [], earlier=earlier)

@@ -29,9 +29,9 @@ from common import (  # noqa: E402
     cores_per_job,
     earlier_record,
     has_pos_params,
-    run_name,
     run_specs,
     study_budget,
+    study_run,
     train_run,
     write_record,
 )
@@ -167,16 +167,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def train(spec: str, seed: int, rule: dict, opts: dict) -> dict:
         pos, _, stem = spec.partition(":")
-        flags = ["--pos", pos, "--stem", stem, "--seed", str(seed)]
-        if has_pos_params(spec):
-            run_dir = out / run_name(pos, stem, seed, rule, opts)
-            for k, v in rule.items():
-                if v != "none":  # no decay: nothing to pull towards
-                    flags += [f"--{k.replace('_', '-')}", v if isinstance(v, str) else f"{v:g}"]
-            for k, v in opts.items():  # JSON is YAML: --pos-kwarg relbias={"locality": 0} for a composition's part
-                flags += ["--pos-kwarg", f"{k}={json.dumps(v)}"]
-        else:  # no position parameters: the same training under every rule
-            run_dir = out / f"{pos}-{stem}-seed{seed}"
+        run_dir, flags = study_run(out, pos, stem, seed, rule, opts, has_pos_params(spec))
         key = {"spec": spec, "pos": pos, "stem": stem, "seed": seed, **rule, "pos_params": has_pos_params(spec),
                **({"pos_kwargs": opts} if opts else {})}  # fmt: skip
         rel = str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir)

@@ -674,6 +674,41 @@ def test_finetune_study_keeps_an_earlier_defaults_runs_apart_until_the_schemes_c
     assert not any("earlier default" in b for b in blocks if isinstance(b, str))
 
 
+def test_finetune_study_with_train_missing_trains_the_runs_whose_checkpoints_are_gone_as_results_py_did(
+    bench, tmp_path, monkeypatch
+):
+    """--train-missing trains a run whose checkpoint is gone again, with its record's scheme, seed, rule and scheme
+    options, into its own folder, before fine-tuning it; without the flag that run is left alone."""
+    rope = {"run": "runs/rope2d-patch-seed0", "pos": "rope2d", "stem": "patch", "seed": 0, "pos_lr_scale": 30.0,
+            "pos_weight_decay": 0.0, "test_top1": 0.99}  # fmt: skip
+    finetune = finetune_here(bench, tmp_path, monkeypatch, [rope])
+    learned = rope | {"run": "runs/learned-patch-lr30-seed2", "pos": "learned", "seed": 2, "pos_kwargs": {}}
+    d = read_json(tmp_path)
+    (tmp_path / "results.json").write_text(json.dumps(d | {"runs": [*d["runs"], learned]}))
+    trained = []
+
+    def train_run(run_dir, flags, retrain=False):
+        trained.append((run_dir.relative_to(tmp_path).as_posix(), flags, retrain))
+        if "--init-from" not in flags:
+            (run_dir / "checkpoints").mkdir(parents=True)
+            (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+        return {"test_top1": 0.9}
+
+    monkeypatch.setattr(finetune, "train_run", train_run)
+    monkeypatch.setattr(finetune, "transfer_study", lambda *a, **k: {"records": [], "yarn_temperature": []})
+    argv = ["--results", str(tmp_path / "results.json"), "--json", str(tmp_path / "finetune.json")]
+    assert finetune.main(argv) == 0
+    ft = "runs/bench-shapes/finetune"
+    assert {run for run, *_ in trained} == {f"{ft}/rope2d-patch-seed0-ft{s}" for s in (32, 48, 64)}
+    trained.clear()
+    assert finetune.main([*argv, "--train-missing"]) == 0
+    run, flags, retrain = trained[0]  # first the 32 px run, then its fine-tuning
+    assert run == learned["run"] and retrain and flags == ["--pos", "learned", "--stem", "patch", "--seed", "2",
+                                                           "--pos-lr-scale", "30", "--pos-weight-decay", "0",
+                                                           "--pos-lr-warmup-epochs", "0"]  # fmt: skip
+    assert [r for r, *_ in trained[-3:]] == [f"{ft}/learned-patch-lr30-seed2-ft{s}" for s in (32, 48, 64)]
+
+
 def test_finetune_study_keeps_one_protocol_per_folder_and_no_record_of_another(bench, tmp_path, monkeypatch, capsys):
     import render
 
