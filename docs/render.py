@@ -429,14 +429,14 @@ def finetune_section(ft: dict, results: dict | None) -> list[Block]:
         f"whole test split) and after {more} there (`train.py --init-from RUN/checkpoints/last.ckpt "
         f"--img-size R {' '.join(ft['finetune'])}`, which carries the scheme's parameters to the new grid by its "
         f"default method); `{heads[2]}`: the same training at the training size, the control for the extra "
-        "training. Test top-1, mean [95 % interval] (seeds)." + hardware_line(ft["finetuned"]),
+        "training. Test top-1, mean [95 % interval] (seeds)." + hardware_line(now_runs),
         *finetune_table(ft, now_runs, runs, heads),
     ]
     if old_runs:
         older = sorted({Path(f["run"]).name for f in old_runs})
         blocks += [
             "Schemes whose runs at the default rule are not fine-tuned yet keep those of an earlier default, by the "
-            "same protocol, in a table of their own.",
+            "same protocol, in a table of their own." + hardware_line(old_runs),
             rule_line(older, results, ft["command"]),
             *finetune_table(ft, old_runs, runs, heads),
         ]
