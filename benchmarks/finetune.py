@@ -13,7 +13,7 @@ whose checkpoint is gone, or whose scheme ``--runs`` leaves out, keeps its recor
 before, and so do a scheme's runs at an earlier default rule until its runs at the current one are fine-tuned. The
 fine-tuning flags are written beside the runs (``--out``/protocol.json): another protocol needs its own ``--out``, and
 keeps no fine-tuning record made with the old one. ``--train-missing`` first trains the runs whose checkpoints are
-gone again, with the flags and seeds benchmarks/results.py gave them.
+gone and that have no fine-tuning record yet again, with the flags and seeds benchmarks/results.py gave them.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=str(ROOT / "docs" / "finetune.json"))
     p.add_argument("--accelerator", default="cpu", help="where the fine-tuning runs train (train.py --accelerator)")
     p.add_argument("--train-missing", action="store_true",
-                   help="first train the runs whose checkpoints are gone again, with the flags and seed benchmarks/"
-                        "results.py gave them (on --accelerator)")  # fmt: skip
+                   help="first train again the runs whose checkpoints are gone and that have no fine-tuning "
+                        "record, with the flags and seed results.py gave them (on --accelerator)")  # fmt: skip
     p.add_argument("--ft-epochs", type=int, default=1, help="epochs of each fine-tuning run")
     p.add_argument("--ft-lr", type=float, default=2.5e-4, help="its peak lr (default: a quarter of the 32 px runs')")
     p.add_argument("--ft-warmup-epochs", type=float, default=0.1, help="its warmup")
@@ -74,8 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     manifest.write_text(json.dumps(protocol))
     left_out = {str(last_ckpt(r)) for r in runs if picked and (r["pos"], r["stem"]) not in picked}
     runs = [r for r in runs if str(last_ckpt(r)) not in left_out]
+    # runs left out by --runs, or whose checkpoints are gone, keep theirs (earlier defaults: below)
+    same = earlier.get("finetune", protocol) == protocol  # the direct sweep does not depend on the protocol
+    finetuned = {(f["run"], f["img_size"]): f for f in earlier.get("finetuned", []) if f["run"] in current and same}
+    recorded = {run for run, _ in finetuned}
     for r in runs if args.train_missing else []:
-        if not last_ckpt(r).is_file():  # the same training; on other hardware its numbers may differ from the record
+        # the same training; on other hardware its numbers may differ from the record
+        if not last_ckpt(r).is_file() and r["run"] not in recorded:
             rule, opts = pos_rule_of(r), r.get("pos_kwargs") or {}
             _, flags = study_run(ROOT, r["pos"], r["stem"], r["seed"], rule, opts, has_pos_params(r["pos"]))
             flags += ["--accelerator", args.accelerator] if args.accelerator != "cpu" else []
@@ -87,9 +92,6 @@ def main(argv: list[str] | None = None) -> int:
 
     study = study_here(runs, earlier, direct)
     study["records"] += [rec for rec in earlier.get("records", []) if rec["checkpoint"] in left_out]
-    # runs left out by --runs, or whose checkpoints are gone, keep theirs (earlier defaults: below)
-    same = earlier.get("finetune", protocol) == protocol  # the direct sweep does not depend on the protocol
-    finetuned = {(f["run"], f["img_size"]): f for f in earlier.get("finetuned", []) if f["run"] in current and same}
     for r in runs:
         if not last_ckpt(r).is_file():
             continue  # its fine-tuned records, if any, stay as recorded

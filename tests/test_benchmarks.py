@@ -677,8 +677,9 @@ def test_finetune_study_keeps_an_earlier_defaults_runs_apart_until_the_schemes_c
 def test_finetune_study_with_train_missing_trains_the_runs_whose_checkpoints_are_gone_as_results_py_did(
     bench, tmp_path, monkeypatch
 ):
-    """--train-missing trains a run whose checkpoint is gone again, with its record's scheme, seed, rule and scheme
-    options, into its own folder, before fine-tuning it; without the flag that run is left alone."""
+    """--train-missing trains a run whose checkpoint is gone and that has no fine-tuning record again, with its
+    record's scheme, seed, rule and scheme options, into its own folder, before fine-tuning it; without the flag that
+    run is left alone, and a run whose fine-tuning is recorded is not trained again."""
     rope = {"run": "runs/rope2d-patch-seed0", "pos": "rope2d", "stem": "patch", "seed": 0, "pos_lr_scale": 30.0,
             "pos_weight_decay": 0.0, "test_top1": 0.99}  # fmt: skip
     finetune = finetune_here(bench, tmp_path, monkeypatch, [rope])
@@ -707,6 +708,10 @@ def test_finetune_study_with_train_missing_trains_the_runs_whose_checkpoints_are
                                                            "--pos-lr-scale", "30", "--pos-weight-decay", "0",
                                                            "--pos-lr-warmup-epochs", "0"]  # fmt: skip
     assert [r for r, *_ in trained[-3:]] == [f"{ft}/learned-patch-lr30-seed2-ft{s}" for s in (32, 48, 64)]
+    (tmp_path / learned["run"] / "checkpoints" / "last.ckpt").unlink()  # gone again, its fine-tuning recorded now
+    trained.clear()
+    assert finetune.main([*argv, "--train-missing"]) == 0
+    assert learned["run"] not in [run for run, *_ in trained]
 
 
 def test_finetune_study_keeps_one_protocol_per_folder_and_no_record_of_another(bench, tmp_path, monkeypatch, capsys):
