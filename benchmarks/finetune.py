@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     fresh = {(f["pos"], f["stem"]) for f in finetuned.values()}
     older = [f for f in earlier.get("finetuned", []) if f["run"] not in current and same
              and (f["pos"], f["stem"]) not in fresh]  # fmt: skip
-    ckpts = {str(ROOT / f["run"] / "checkpoints" / "last.ckpt") for f in older}
+    ckpts = {str(last_ckpt(f)) for f in older}
     study["records"] += [rec for rec in earlier.get("records", []) if rec["checkpoint"] in ckpts]
     write_record(args.json, "finetune.py", argv, train_resolution=b["img_size"], sizes=args.sizes, finetune=protocol,
                  records=study["records"], finetuned=[*finetuned.values(), *older])  # fmt: skip
