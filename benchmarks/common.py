@@ -75,17 +75,49 @@ def cores_per_job(p: argparse.ArgumentParser, jobs: int) -> int:
     return max(1, len(os.sched_getaffinity(0)) // jobs)
 
 
+def code_version() -> str:
+    """The commit of this checkout, with ``+dirty`` where tracked files that change what a run computes (vitpos/,
+    train.py, configs/) differ from it: what every record names as ``commit``."""
+    git = ["git", "-C", str(ROOT)]
+    head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--", "vitpos", "train.py",
+                            "configs"], capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return (head or "unknown") + ("+dirty" if dirty else "")
+
+
+def provenance(checkpoint: str | Path | None = None, hardware: str | None = None) -> dict[str, str]:
+    """What a record names of where and how it was made: ``hardware`` (devices x processor, as a run's
+    results.json states it), ``device`` (cpu or cuda), ``commit``, ``torch`` and, for a record of a checkpoint, its
+    ``ckpt_sha256``."""
+    import torch
+
+    from vitpos.training import cpu_name
+
+    cuda = torch.cuda.is_available()
+    out = {"hardware": hardware or f"1 x {torch.cuda.get_device_name() if cuda else cpu_name()}",
+           "device": "cuda" if cuda else "cpu", "commit": code_version(), "torch": torch.__version__}  # fmt: skip
+    if checkpoint is not None:
+        out["ckpt_sha256"] = fingerprint(checkpoint)
+    return out
+
+
 def train_run(run_dir: Path, flags: list[str], retrain: bool = False) -> dict:
-    """``python train.py FLAGS --out RUN_DIR`` unless RUN_DIR already holds a finished run; what a page uses of it."""
+    """``python train.py FLAGS --out RUN_DIR`` unless RUN_DIR already holds a finished run; what a page uses of it,
+    with the run's provenance (kept in RUN_DIR/provenance.json, written when the run is trained)."""
+    made = run_dir / "provenance.json"
     if retrain or not (run_dir / "results.json").is_file():
+        commit = code_version()  # before training: the code the run is trained with
         run([sys.executable, "train.py", *flags, "--out", str(run_dir), *(["--overwrite"] if run_dir.exists() else [])])
+        res = json.loads((run_dir / "results.json").read_text())
+        stamp = provenance(run_dir / "checkpoints" / "last.ckpt", res.get("hardware")) | {"commit": commit}
+        made.write_text(json.dumps(stamp, indent=1) + "\n")
     else:
         print(f"reusing the finished run in {run_dir}", flush=True)
-    res = json.loads((run_dir / "results.json").read_text())
+        res = json.loads((run_dir / "results.json").read_text())
+    stamp = json.loads(made.read_text()) if made.is_file() else {}  # a run trained before records were stamped
     return {"best_val_top1": res["best_val_top1"], "test_top1": res["test"]["test/top1"],
             "train_top1": res.get("last_train", {}).get("train/top1"),
-            "train_seconds": res["train_seconds"], "steps": res["global_step"],
-            **({"hardware": res["hardware"]} if "hardware" in res else {}),  # older results.json files lack it
+            "train_seconds": res["train_seconds"], "steps": res["global_step"], **stamp,
             "run": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir)}  # fmt: skip
 
 
