@@ -268,7 +268,7 @@ def test_cli_shows_progress_one_line_per_job(ckpt, tmp_path, capsys, one_thread)
     assert ev.main(["--ckpt", str(ckpt), "--resolutions", "16", "24", "--out", str(tmp_path), "--limit", "4"]) == 0
     progress = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("vitpos.evaluate: [")]
     methods = vitpos.POS_REGISTRY["rope2d"].methods
-    expected = [f"{r} px, method {m}" for r in (16, 24) for m in methods]
+    expected = [f"{r} px (zoom), method {m}" for r in (16, 24) for m in methods]
     assert len(progress) == len(expected)
     for i, (line, tail) in enumerate(zip(progress, expected), 1):
         assert line.startswith(f"vitpos.evaluate: [{i}/{len(expected)}] {ckpt}: rope2d/patch at ") and line.endswith(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -183,8 +184,11 @@ class ViT(nn.Module):
             raise ValueError(f"image size {h}x{w} is not a positive multiple of the patch size {p}")
         return h // p, w // p
 
-    def forward_features(self, images: Tensor) -> Tensor:
-        """(B, C, H, W) -> (B, P + N, D) tokens (P prefix tokens), normalised unless fc_norm (then after pooling)."""
+    def forward_features(self, images: Tensor, logit_scale: float = 1.0) -> Tensor:
+        """(B, C, H, W) -> (B, P + N, D) tokens (P prefix tokens), normalised unless fc_norm (then after pooling).
+
+        ``logit_scale`` multiplies every block's attention logits on top of the scheme's own scale (an evaluation
+        control: log-n scaling keeps attention as sharp on a larger grid)."""
         self.grid_for(images.shape[-2:])
         x = self.stem(images)  # (B, D, h, w)
         grid = (x.shape[-2], x.shape[-1])
@@ -192,15 +196,28 @@ class ViT(nn.Module):
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
         attn_pos = self.pos.attn_pos(grid, x.device)  # once per forward, shared by the blocks
+        if logit_scale != 1.0:
+            attn_pos = [replace(p, logit_scale=p.logit_scale * logit_scale) for p in attn_pos]
         for i, block in enumerate(self.blocks):
             x = block(x, attn_pos[i])
             x = self.pos.after_block(x, grid, i)
         return self.norm(x)
 
-    def forward(self, images: Tensor) -> Tensor:
-        """(B, C, H, W) -> (B, num_classes) logits."""
-        x = self.forward_features(images)
-        x = x[:, 0] if self.global_pool == "token" else x[:, self.num_prefix_tokens :].mean(dim=1)
+    def forward(self, images: Tensor, *, pool_mask: Tensor | None = None, logit_scale: float = 1.0) -> Tensor:
+        """(B, C, H, W) -> (B, num_classes) logits.
+
+        ``pool_mask`` ((h, w) bool over the token grid) averages only the patch tokens it marks (an evaluation
+        control: pool over the scene, not the background a larger canvas adds); average pooling only."""
+        x = self.forward_features(images, logit_scale)
+        if self.global_pool == "token":
+            if pool_mask is not None:
+                raise ValueError("pool_mask needs global_pool='avg'")
+            x = x[:, 0]
+        elif pool_mask is None:
+            x = x[:, self.num_prefix_tokens :].mean(dim=1)
+        else:
+            keep = rearrange(pool_mask, "h w -> (h w)").to(x.device)
+            x = x[:, self.num_prefix_tokens :][:, keep].mean(dim=1)  # (B, D) over the marked tokens
         return self.head(self.fc_norm(x))
 
     def no_weight_decay(self) -> set[str]:

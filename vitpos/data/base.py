@@ -30,6 +30,7 @@ from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, Sampler
 
 from ..config import ConfigError, DataConfig
+from ..regime import Window
 from ..resolution import to_hw
 from .resumable import EpochPosition, EpochSeedSampler, ResumableLoader
 from .transforms import check_data_config, eval_transform, train_transform
@@ -186,11 +187,14 @@ class VitposDataModule(L.LightningDataModule):
         default): the family cannot, and the img_size batch is resized instead."""
         return None
 
-    def eval_dataset(self, resolution: int | tuple[int, int], split: str = "val") -> Dataset:
-        """Split `split` at `resolution` (R or (H, W)) under the eval protocol of the config:
-        items (normalised tensor (C, H, W), int label)."""
+    def eval_dataset(
+        self, resolution: int | tuple[int, int], split: str = "val", window: Window | None = None
+    ) -> Dataset:
+        """Split `split` at `resolution` (R or (H, W)) under the eval protocol of the config: items (normalised
+        tensor (C, H, W), int label). With a ``window`` (the canvas regime, see vitpos.regime) the image is brought
+        to the window's size and padded with black around it."""
         self._check_split(split)
-        return TransformDataset(self.raw(split), eval_transform(resolution, self.cfg, self.mean, self.std))
+        return TransformDataset(self.raw(split), eval_transform(resolution, self.cfg, self.mean, self.std, window))
 
     def setup(self, stage: str | None = None) -> None:
         if stage in (None, "fit") and self.train_set is None:

@@ -48,7 +48,10 @@ Multi-resolution training (``--train-resolutions``): each batch is rendered nati
 resolution (``train_dataset_at``), not resized.
 
 Evaluation: ``eval_dataset(R)`` renders natively at R (or H x W); the crop protocol
-(``eval_resize`` / ``crop_ratio``) does not apply to ``shapes``.
+(``eval_resize`` / ``crop_ratio``) does not apply to ``shapes``. That is the *zoom* regime of
+resolution transfer (objects grow with the image). With a window (the *canvas* regime,
+vitpos.regime) the same scene is rendered at the training size in pixels inside a larger canvas
+of its own background and noise: only the token grid grows.
 
 Augmentation: none by default. ``hflip`` is supported and swaps the left/right labels of
 flipped images. ``random_resized_crop`` and ``randaugment`` are refused (ConfigError):
@@ -65,6 +68,7 @@ from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
 from ..config import ConfigError, DataConfig
+from ..regime import Window
 from ..resolution import to_hw
 from .base import VitposDataModule
 
@@ -193,40 +197,53 @@ def sample_scenes(indices: torch.Tensor | range, seed: int) -> Scenes:
     )
 
 
-def coverage(scenes: Scenes, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+def coverage(
+    scenes: Scenes, height: int, width: int, window: Window | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Antialiased coverage in [0, 1] of the circle and the reference: two (n, H, W) tensors.
 
-    Signed distances are in pixels; on a non-square canvas the shapes are stretched and the
-    distance is the first-order estimate f / |grad f| (exact on a square canvas, except
-    outside the square's corners)."""
+    The scene's unit square fills the image, or ``window`` of it (the canvas regime: the scene at the window's
+    size in pixels, background around it). Signed distances are in pixels; on a non-square scene the shapes are
+    stretched and the distance is the first-order estimate f / |grad f| (exact on a square one, except outside
+    the square's corners)."""
     u = (torch.arange(width, dtype=torch.float32) + 0.5) / width
     v = (torch.arange(height, dtype=torch.float32) + 0.5) / height
+    sx, sy = (width, height) if window is None else (window.width, window.height)  # the scene's size in pixels
+
+    def to_image(xy: torch.Tensor) -> torch.Tensor:  # scene coordinates -> the image's, both in [0, 1]
+        if window is None:
+            return xy
+        return torch.stack([(window.left + xy[:, 0] * sx) / width, (window.top + xy[:, 1] * sy) / height], -1)
 
     def offsets(xy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        xy = to_image(xy)
         dx = (u[None, None, :] - xy[:, 0, None, None]) * width  # (n, 1, W) pixels
         dy = (v[None, :, None] - xy[:, 1, None, None]) * height  # (n, H, 1)
         return dx, dy
 
-    # circle (an ellipse on a non-square canvas): g = |(dx/a, dy/b)|, sdf = (g - 1) / |grad g|
+    # circle (an ellipse on a non-square scene): g = |(dx/a, dy/b)|, sdf = (g - 1) / |grad g|
     dx, dy = offsets(scenes.circle_xy)
-    a = (scenes.radius * width)[:, None, None]
-    b = (scenes.radius * height)[:, None, None]
+    a = (scenes.radius * sx)[:, None, None]
+    b = (scenes.radius * sy)[:, None, None]
     g = torch.sqrt((dx / a) ** 2 + (dy / b) ** 2)
     grad = torch.sqrt((dx / a**2) ** 2 + (dy / b**2) ** 2) / g.clamp_min(1e-6)
     sdf_c = (g - 1) / grad.clamp_min(1e-6)
 
     dx, dy = offsets(scenes.ref_xy)
-    a = (scenes.half * width)[:, None, None]
-    b = (scenes.half * height)[:, None, None]
+    a = (scenes.half * sx)[:, None, None]
+    b = (scenes.half * sy)[:, None, None]
     square = torch.maximum(dx.abs() - a, dy.abs() - b)
     diamond = (dx.abs() / a + dy.abs() / b - 1) / torch.sqrt(1 / a**2 + 1 / b**2)
     sdf_r = torch.where(scenes.diamond[:, None, None], diamond, square)
     return (0.5 - sdf_c).clamp(0, 1), (0.5 - sdf_r).clamp(0, 1)
 
 
-def rasterise(scenes: Scenes, height: int, width: int, noise: float = NOISE) -> torch.Tensor:
-    """Float images (n, 3, H, W) in [0, 1]."""
-    cov_c, cov_r = coverage(scenes, height, width)
+def rasterise(
+    scenes: Scenes, height: int, width: int, noise: float = NOISE, window: Window | None = None
+) -> torch.Tensor:
+    """Float images (n, 3, H, W) in [0, 1]: the scene over the whole image, or over ``window`` of it with its
+    background (colour and pixel noise) filling the rest."""
+    cov_c, cov_r = coverage(scenes, height, width, window)
     img = scenes.bg[:, :, None, None].expand(-1, -1, height, width)
     img = img + (scenes.circle_rgb[:, :, None, None] - img) * cov_c[:, None]
     img = img + (scenes.ref_rgb[:, :, None, None] - img) * cov_r[:, None]
@@ -240,12 +257,12 @@ def rasterise(scenes: Scenes, height: int, width: int, noise: float = NOISE) -> 
 
 
 def render_shapes(
-    n: int, height: int, width: int, seed: int, *, start: int = 0, noise: float = NOISE
+    n: int, height: int, width: int, seed: int, *, start: int = 0, noise: float = NOISE, window: Window | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Scenes start..start+n-1 of stream `seed`: float images (n, 3, H, W) in [0, 1], int64 labels."""
     scenes = sample_scenes(range(start, start + n), seed)
     chunk = max(1, (1 << 21) // (height * width))  # bounds the float intermediates to ~100 MB
-    imgs = [rasterise(_take(scenes, slice(i, i + chunk)), height, width, noise) for i in range(0, n, chunk)]
+    imgs = [rasterise(_take(scenes, slice(i, i + chunk)), height, width, noise, window) for i in range(0, n, chunk)]
     return (torch.cat(imgs) if imgs else torch.zeros(0, 3, height, width)), scenes.labels
 
 
@@ -268,8 +285,9 @@ class ShapesDataset(Dataset):
         std: tuple[float, ...],
         hflip: bool = False,
         random_erasing: float = 0.0,
+        window: Window | None = None,
     ) -> None:
-        self.n, self.seed, (self.height, self.width) = n, seed, size
+        self.n, self.seed, (self.height, self.width), self.window = n, seed, size, window
         self.mean = torch.tensor(mean).view(3, 1, 1)
         self.std = torch.tensor(std).view(3, 1, 1)
         self.hflip = hflip
@@ -277,7 +295,7 @@ class ShapesDataset(Dataset):
         self.images: torch.Tensor | None = None
         self.labels = torch.arange(n) % NUM_CLASSES
         if n * 3 * self.height * self.width <= _CACHE_BYTES:
-            self.images = _to_uint8(render_shapes(n, self.height, self.width, seed)[0])
+            self.images = _to_uint8(render_shapes(n, self.height, self.width, seed, window=window)[0])
 
     def __len__(self) -> int:
         return self.n
@@ -286,7 +304,7 @@ class ShapesDataset(Dataset):
         if self.images is not None:
             return self.images[idx]
         scenes = sample_scenes(torch.tensor(idx), self.seed)
-        return _to_uint8(rasterise(scenes, self.height, self.width))
+        return _to_uint8(rasterise(scenes, self.height, self.width, window=self.window))
 
     def __getitems__(self, idx: list[int]) -> list[tuple[torch.Tensor, int]]:
         if any(i < 0 or i >= self.n for i in idx):
@@ -334,7 +352,7 @@ class ShapesDataModule(VitposDataModule):
         for split in self._SPLIT_OFFSET:
             if self._split_size(split) < 1:
                 raise ConfigError(f"shapes: {split}_size must be >= 1, got {self._split_size(split)}")
-        self._cache: dict[tuple[str, int, int, bool], ShapesDataset] = {}
+        self._cache: dict[tuple, ShapesDataset] = {}
 
     def _split_size(self, split: str) -> int:
         return getattr(self.cfg, f"{split}_size")
@@ -343,9 +361,9 @@ class ShapesDataModule(VitposDataModule):
         """Distinct fixed stream per (config seed, split)."""
         return 3 * self.seed + self._SPLIT_OFFSET[split]
 
-    def _dataset(self, split: str, size: tuple[int, int], train: bool) -> ShapesDataset:
+    def _dataset(self, split: str, size: tuple[int, int], train: bool, window: Window | None = None) -> ShapesDataset:
         self._check_split(split)
-        key = (split, *size, train)
+        key = (split, *size, train, window)
         if key not in self._cache:
             self._cache[key] = ShapesDataset(
                 self._split_size(split),
@@ -355,6 +373,7 @@ class ShapesDataModule(VitposDataModule):
                 self.std,
                 hflip=train and self.cfg.hflip,
                 random_erasing=self.cfg.random_erasing if train else 0.0,
+                window=window,
             )
         return self._cache[key]
 
@@ -366,6 +385,9 @@ class ShapesDataModule(VitposDataModule):
         scenes at every resolution (each split rendered once per resolution, then cached)."""
         return self._dataset("train", to_hw(hw), train=True)
 
-    def eval_dataset(self, resolution: int | tuple[int, int], split: str = "val") -> Dataset:
-        """Split `split` rendered natively at `resolution` (R or (H, W)); no crop protocol."""
-        return self._dataset(split, to_hw(resolution), train=False)
+    def eval_dataset(
+        self, resolution: int | tuple[int, int], split: str = "val", window: Window | None = None
+    ) -> Dataset:
+        """Split `split` rendered natively at `resolution` (R or (H, W)); no crop protocol. With a ``window`` (the
+        canvas regime) each scene is rendered at the window's size in pixels, on its own background."""
+        return self._dataset(split, to_hw(resolution), train=False, window=window)

@@ -20,6 +20,7 @@ from torchvision.transforms import InterpolationMode, v2
 from torchvision.transforms.v2 import functional as F
 
 from ..config import ConfigError, DataConfig
+from ..regime import Window
 from ..resolution import to_hw
 
 BICUBIC = InterpolationMode.BICUBIC
@@ -93,11 +94,23 @@ def eval_geometry(
 
 
 def eval_transform(
-    resolution: int | tuple[int, int], cfg: DataConfig, mean: tuple[float, ...], std: tuple[float, ...]
+    resolution: int | tuple[int, int],
+    cfg: DataConfig,
+    mean: tuple[float, ...],
+    std: tuple[float, ...],
+    window: Window | None = None,
 ) -> v2.Compose:
-    """PIL image -> normalised tensor at `resolution`, following cfg.eval_resize / cfg.crop_ratio."""
-    geometry = eval_geometry(resolution, cfg.eval_resize, cfg.crop_ratio, cfg.interpolation)
-    return v2.Compose([geometry, *_to_tensor(mean, std)])
+    """PIL image -> normalised tensor at `resolution`, following cfg.eval_resize / cfg.crop_ratio.
+
+    With a ``window`` (the canvas regime) the image is brought to the window's size under the same protocol and
+    padded with black around it to fill `resolution`."""
+    if window is None:
+        return v2.Compose([eval_geometry(resolution, cfg.eval_resize, cfg.crop_ratio, cfg.interpolation),
+                           *_to_tensor(mean, std)])  # fmt: skip
+    h, w = to_hw(resolution)
+    geometry = eval_geometry((window.height, window.width), cfg.eval_resize, cfg.crop_ratio, cfg.interpolation)
+    pad = [window.left, window.top, w - window.left - window.width, h - window.top - window.height]  # l, t, r, b
+    return v2.Compose([geometry, v2.Pad(pad, fill=0), *_to_tensor(mean, std)])
 
 
 def train_transform(img_size: int, cfg: DataConfig, mean: tuple[float, ...], std: tuple[float, ...]) -> v2.Compose:

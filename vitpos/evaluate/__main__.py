@@ -10,9 +10,10 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from ..cli import OneLineParser
 from ..config import ConfigError
+from ..regime import PLACES, REGIMES, Canvas
 from ..resolution import parse_resolution
 from .report import markdown_table, sweep_and_write
-from .sweep import EvalData
+from .sweep import LOGIT_SCALINGS, POOLS, EvalData
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,6 +43,18 @@ def build_parser() -> argparse.ArgumentParser:
     a("--mean", type=float, nargs="+", help="normalisation mean per channel (default: as trained)")
     a("--std", type=float, nargs="+", help="normalisation std per channel (default: as trained)")
     a("--split", choices=["val", "test"], default="val", help="the split to score {val, test} (default: val)")
+    a("--regimes", nargs="+", choices=REGIMES, default=["zoom"], metavar="NAME",
+      help="transfer regimes {zoom: the scene grows with the image; canvas: the scene keeps its training size on a "
+           "larger background} (default: zoom)")  # fmt: skip
+    a("--canvas-place", choices=PLACES, default="centre",
+      help="canvas: where the scene sits, on the patch grid {centre, corner} (default: centre)")  # fmt: skip
+    a("--canvas-shift", type=int, default=0, metavar="PX",
+      help="canvas: move the scene by PX pixels along both axes; not a multiple of the patch: off the grid "
+           "(default: 0)")  # fmt: skip
+    a("--pool", choices=POOLS, default="all",
+      help="control: average all patch tokens, or only the scene's (canvas) {all, scene} (default: all)")  # fmt: skip
+    a("--logit-scaling", choices=LOGIT_SCALINGS, default="none",
+      help="control: scale attention logits by log N / log N_train {none, logn} (default: none)")  # fmt: skip
     a("--batch-size", type=int, help="per-device batch size (default: the checkpoint's)")
     a("--num-workers", type=int, help="data loader worker processes (default: the checkpoint's)")
     a("--limit", type=int, help="evaluate only the first N images of the split (quick checks; default: all)")
@@ -91,7 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         data = EvalData(name=args.data, data_dir=args.data_dir, crop_ratio=args.crop_ratio, eval_resize=args.resize,
                         batch_size=args.batch_size, num_workers=args.num_workers, split=args.split,
                         limit=args.limit, mean=args.mean, std=args.std,
-                        interpolation=args.interpolation)  # fmt: skip
+                        interpolation=args.interpolation, regimes=tuple(args.regimes),
+                        canvas=Canvas(args.canvas_place, max(args.canvas_shift, 0)), pool=args.pool,
+                        logit_scaling=args.logit_scaling)  # fmt: skip
+        if args.canvas_shift < 0:
+            raise ConfigError(f"--canvas-shift must be >= 0 pixels, got {args.canvas_shift}")
         trainer_kwargs = {"accelerator": args.accelerator, "devices": args.devices, "strategy": args.strategy,
                           "num_nodes": args.num_nodes, "precision": args.precision}  # fmt: skip
         records = sweep_and_write(args.ckpt, resolutions, args.out, trainer_kwargs, methods=args.methods,

@@ -10,6 +10,8 @@ the shard ``indices[rank::world]`` (no DistributedSampler, which pads with dupli
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from ..config import Config, ConfigError
 from ..model import ViT
+from ..regime import REGIMES, Canvas, Window
 from ..resolution import Resolution, parse_resolution, resolution_label, to_hw
 
 
@@ -43,6 +46,32 @@ class EvalData:
     mean: list[float] | None = None
     std: list[float] | None = None
     interpolation: str | None = None
+    # the transfer regimes to measure (vitpos.regime) and, for canvas, where the trained view sits
+    regimes: tuple[str, ...] = ("zoom",)
+    canvas: Canvas = dataclasses.field(default_factory=Canvas)
+    # evaluation controls: pool over the scene's own tokens only ("scene"; canvas), and log-n logit scaling
+    pool: str = "all"
+    logit_scaling: str = "none"
+
+
+POOLS = ("all", "scene")
+LOGIT_SCALINGS = ("none", "logn")
+
+
+@dataclass(frozen=True)
+class EvalJob:
+    """One evaluation: a data set under one transfer method, and the controls it is scored with."""
+
+    dataset: Dataset
+    method: str
+    pool_mask: Tensor | None = None  # (h, w) bool: average only these patch tokens
+    logit_scale: float = 1.0  # multiplies every block's attention logits
+
+
+def logn_scale(grid: tuple[int, int], train_grid: tuple[int, int]) -> float:
+    """log-n scaling: log N / log N_train for N tokens on ``grid`` (the logit factor that keeps a softmax over N
+    keys as sharp as over the N_train it was trained on)."""
+    return math.log(grid[0] * grid[1]) / math.log(train_grid[0] * train_grid[1])
 
 
 # -- distributed counting -------------------------------------------------------------------------
@@ -70,14 +99,15 @@ class TransferEval(L.LightningModule):
     def __init__(
         self,
         model: ViT,
-        jobs: list[tuple[Dataset, str]],
+        jobs: list[EvalJob | tuple[Dataset, str]],
         batch_size: int,
         num_workers: int = 0,
         labels: list[str] | None = None,
     ):
         super().__init__()
         self.model = model
-        self.jobs, self.batch_size, self.num_workers = jobs, batch_size, num_workers
+        self.jobs = [job if isinstance(job, EvalJob) else EvalJob(*job) for job in jobs]
+        self.batch_size, self.num_workers = batch_size, num_workers
         self.labels = labels
         self.counts = torch.zeros(len(jobs), 2, dtype=torch.long)
         self._announced = -1
@@ -91,7 +121,7 @@ class TransferEval(L.LightningModule):
                 sampler=ShardSampler(len(ds), rank, world),  # type: ignore[arg-type]
                 num_workers=self.num_workers,
             )
-            for ds, _ in self.jobs
+            for ds in (job.dataset for job in self.jobs)
         ]
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -99,10 +129,11 @@ class TransferEval(L.LightningModule):
             self._announced = dataloader_idx
             _note(f"[{dataloader_idx + 1}/{len(self.jobs)}] {self.labels[dataloader_idx]}")
         images, labels = batch
-        method = self.jobs[dataloader_idx][1]
-        if self.model.pos.method != method:  # the setter clears the scheme's cache: switch only when needed
-            self.model.pos.method = method
-        hits = (self.model(images).argmax(dim=-1) == labels).sum()
+        job = self.jobs[dataloader_idx]
+        if self.model.pos.method != job.method:  # the setter clears the scheme's cache: switch only when needed
+            self.model.pos.method = job.method
+        logits = self.model(images, pool_mask=job.pool_mask, logit_scale=job.logit_scale)
+        hits = (logits.argmax(dim=-1) == labels).sum()
         self.counts[dataloader_idx, 0] += int(hits)
         self.counts[dataloader_idx, 1] += labels.shape[0]
 
@@ -124,13 +155,13 @@ def make_trainer(trainer_kwargs: dict[str, Any] | None = None) -> L.Trainer:
 
 def evaluate_model(
     model: ViT,
-    jobs: list[tuple[Dataset, str]],
+    jobs: list[EvalJob | tuple[Dataset, str]],
     trainer: L.Trainer,
     batch_size: int = 256,
     num_workers: int = 0,
     labels: list[str] | None = None,
 ) -> list[tuple[int, int]]:
-    """(correct, seen) summed over all ranks for each (dataset, method) job; the same on every rank.
+    """(correct, seen) summed over all ranks for each job (an EvalJob, or (dataset, method)); the same on every rank.
 
     ``labels`` (one per job): printed as each job starts, so a long sweep shows its progress."""
     module = TransferEval(model, jobs, batch_size, num_workers, labels)
@@ -145,6 +176,35 @@ def evaluate_model(
 
 
 # -- the sweep ------------------------------------------------------------------------------------
+def _fits(hw: tuple[int, int], trained: tuple[int, int]) -> bool:
+    return hw[0] >= trained[0] and hw[1] >= trained[1]
+
+
+def check_controls(data: EvalData) -> None:
+    """The regime and control settings of ``data``, or one ConfigError line."""
+    for name, value, valid in (("regime", None, REGIMES), ("pool", data.pool, POOLS),
+                               ("logit scaling", data.logit_scaling, LOGIT_SCALINGS)):  # fmt: skip
+        for v in data.regimes if value is None else (value,):
+            if v not in valid:
+                raise ConfigError(f"unknown {name} '{v}'; valid: {', '.join(valid)}")
+    if not data.regimes:
+        raise ConfigError("no regime given; valid: " + ", ".join(REGIMES))
+    try:
+        Canvas(data.canvas.place, data.canvas.shift)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _window(regime: str, resolution: Resolution, trained: tuple[int, int], patch: int, canvas: Canvas) -> Window | None:
+    """Where the trained view lies on an evaluation image: None in the zoom regime (the whole image)."""
+    if regime == "zoom":
+        return None
+    try:
+        return canvas.window(to_hw(resolution), trained, patch)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
 # Only rank 0 speaks and writes: Lightning's rank_zero_only reads the launcher's rank from the environment
 # until a Trainer launches, and the global rank after.
 @rank_zero_only
@@ -260,6 +320,7 @@ def sweep(
     from ..data import build_datamodule
 
     data = data or EvalData()
+    check_controls(data)
     res = [parse_resolution(r) for r in resolutions]
     res = list(dict.fromkeys(res))  # keep order, drop repeats
     plans = _plan(ckpt_paths, res, methods, init_from, init_arch)
@@ -277,15 +338,31 @@ def sweep(
                 f"data set '{cfg.data.name}' has {dm.num_classes} classes and {dm.in_chans} channel(s), but "
                 f"{plan.path} was trained for {cfg.model.num_classes} and {cfg.model.in_chans}"
             )
-        datasets = {r: dm.eval_dataset(r, data.split) for r in res}
+        patch, trained = plan.model.patch_size, to_hw(cfg.model.img_size)
+        cells = [(g, r) for g in data.regimes for r in res if g == "zoom" or _fits(to_hw(r), trained)]
+        skipped = [resolution_label(r) for r in res if "canvas" in data.regimes and not _fits(to_hw(r), trained)]
+        if skipped:
+            _note(f"{plan.path}: canvas serves sizes at least the training size; skipped {', '.join(skipped)}")
+        windows = {(g, r): _window(g, r, trained, patch, data.canvas) for g, r in cells}
+        datasets = {c: dm.eval_dataset(c[1], data.split, windows[c]) for c in cells}
         if data.limit is not None:
-            datasets = {r: Subset(ds, range(min(data.limit, len(ds)))) for r, ds in datasets.items()}
-        jobs = [(datasets[r], m) for r in res for m in plan.methods]
-        labels = [f"{plan.path}: {cfg.model.pos}/{cfg.model.stem} at {resolution_label(r)} px, method {m}"
-                  for r in res for m in plan.methods]  # fmt: skip
+            datasets = {c: Subset(ds, range(min(data.limit, len(ds)))) for c, ds in datasets.items()}
+        jobs, keys = [], []
+        for g, r in cells:
+            hw, window = to_hw(r), windows[(g, r)]
+            mask = None
+            if data.pool == "scene" and window is not None:
+                mask = window.token_mask(hw, patch)
+            scale = logn_scale(plan.model.grid_for(hw), plan.model.grid) if data.logit_scaling == "logn" else 1.0
+            for m in plan.methods:
+                jobs.append(EvalJob(datasets[(g, r)], m, mask, scale))
+                keys.append((g, r, m))
+        labels = [f"{plan.path}: {cfg.model.pos}/{cfg.model.stem} at {resolution_label(r)} px ({g}), method {m}"
+                  for g, r, m in keys]  # fmt: skip
         counts = evaluate_model(plan.model, jobs, trainer, cfg.data.batch_size, cfg.data.num_workers, labels)
-        for (r, m), (correct, seen) in zip([(r, m) for r in res for m in plan.methods], counts, strict=True):
+        for (g, r, m), (correct, seen) in zip(keys, counts, strict=True):
             h, w = to_hw(r)
+            window = windows[(g, r)]
             records.append(
                 {
                     "checkpoint": str(plan.path),
@@ -293,6 +370,10 @@ def sweep(
                     "stem": cfg.model.stem,
                     "method": m,
                     "default_method": m == plan.model.pos.methods[0],
+                    "regime": g,
+                    "window": None if window is None else [window.top, window.left, window.height, window.width],
+                    "pool": data.pool,
+                    "logit_scaling": data.logit_scaling,
                     "resolution": h if h == w else resolution_label(r),
                     "height": h,
                     "width": w,
