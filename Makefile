@@ -25,26 +25,26 @@ notebooks: .venv
 	$(PY) notebooks/execute.py
 
 bench-results: .venv
-	$(PY) benchmarks/results.py
+	$(PY) -m benchmarks.results
 
 bench-resolution: .venv
-	$(PY) benchmarks/resolution_transfer.py
+	$(PY) -m benchmarks.resolution_transfer
 
 # Each measures and writes docs/<page>.json; docs/render.py writes the pages from it.
 bench-throughput: .venv
-	$(PY) benchmarks/throughput.py --repeats 3 --steps 1 --warmup 1 --batch-size 32 --data-images 256 && $(PY) docs/render.py
+	$(PY) -m benchmarks.throughput --repeats 3 --steps 1 --warmup 1 --batch-size 32 --data-images 256 && $(PY) docs/render.py
 
 bench-compile: .venv
-	$(PY) benchmarks/throughput.py --compile --grids 8 --eval-img-sizes 32 48 64 --repeats 3 && $(PY) docs/render.py
+	$(PY) -m benchmarks.throughput --compile --grids 8 --eval-img-sizes 32 48 64 --repeats 3 && $(PY) docs/render.py
 
 bench-export: .venv
-	$(PY) benchmarks/export.py --threads 1 --batch-size 16 --steps 1 --repeats 3 && $(PY) docs/render.py
+	$(PY) -m benchmarks.export --threads 1 --batch-size 16 --steps 1 --repeats 3 && $(PY) docs/render.py
 
 bench-data: .venv
-	$(PY) benchmarks/data_loading.py --images 400 --repeats 5 && $(PY) docs/render.py
+	$(PY) -m benchmarks.data_loading --images 400 --repeats 5 && $(PY) docs/render.py
 
 bench-diagnostics: .venv
-	$(PY) benchmarks/diagnostics.py && $(PY) docs/render.py
+	$(PY) -m benchmarks.diagnostics && $(PY) docs/render.py
 
 .PHONY: train test lint format slow notebooks bench-results bench-resolution bench-throughput bench-compile \
 	bench-export bench-data bench-diagnostics

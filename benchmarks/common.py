@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from vitpos.config import Config
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 # The runs each study trains with every seed: five schemes with the patch stem, and `none` with a conv stem.
 MAIN_RUNS = ["learned:patch", "sincos2d:patch", "rope2d:patch", "relbias:patch", "none:patch", "none:conv"]
 
@@ -50,7 +49,8 @@ def machine() -> dict[str, str | int]:
 def write_record(path: str | Path, script: str, argv: list[str], **data) -> None:
     """One benchmark's JSON: the command that made it, the machine and its load average, then the measurements."""
     load = [round(v, 2) for v in os.getloadavg()]
-    record = {"command": shlex.join(["python", f"benchmarks/{script}", *argv]), "machine": machine(),
+    module = f"benchmarks.{Path(script).stem}"
+    record = {"command": shlex.join(["python", "-m", module, *argv]), "machine": machine(),
               "load_average": load, **data}  # fmt: skip
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(record, indent=1) + "\n")

@@ -1,6 +1,6 @@
 """Input-pipeline cost per CPU core: the same JPEGs read as an ImageFolder and streamed from shards (JSON only).
 
-    python benchmarks/data_loading.py --images 400 --repeats 5     # docs/data.json
+    python -m benchmarks.data_loading --images 400 --repeats 5     # docs/data.json
     python docs/render.py                                          # docs/data.md
 
 ImageNet-like JPEGs are written, sharded with ``vitpos.data.shard`` and read through the training pipeline of
@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 import torch
-from common import ROOT, round_robin, write_record  # noqa: E402  (benchmarks/ is on sys.path as a script)
 from PIL import Image
 
+from benchmarks.common import ROOT, round_robin, write_record
 from vitpos.config import Config, DataConfig
 from vitpos.data import build_datamodule
 from vitpos.data.shard import write_shards

@@ -1,7 +1,7 @@
 """Diagnostics of one checkpoint per scheme: pictures in docs/diagnostics/<run>/, the summary in JSON.
 
-    python benchmarks/results.py         # the runs this reads (docs/results.json)
-    python benchmarks/diagnostics.py     # docs/diagnostics.json and docs/diagnostics/<run>/
+    python -m benchmarks.results         # the runs this reads (docs/results.json)
+    python -m benchmarks.diagnostics     # docs/diagnostics.json and docs/diagnostics/<run>/
     python docs/render.py                # docs/diagnostics.md
 
 ``vitpos.diagnose.diagnose`` on ``last.ckpt`` of every seed-0 run of docs/results.json at the default position
@@ -16,8 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from common import ROOT, at_default_rule, earlier_record, write_record  # noqa: E402  (benchmarks/ is on sys.path as a script)
-
+from benchmarks.common import ROOT, at_default_rule, earlier_record, write_record
 from vitpos.diagnose import diagnose
 
 

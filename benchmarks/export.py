@@ -1,6 +1,6 @@
 """CPU inference img/s of the exported ONNX file under onnxruntime against eager PyTorch (JSON only).
 
-    python benchmarks/export.py --threads 1 --batch-size 16 --steps 1 --repeats 3   # docs/export.json
+    python -m benchmarks.export --threads 1 --batch-size 16 --steps 1 --repeats 3   # docs/export.json
     python docs/render.py                                                           # docs/export.md
 
 One ONNX file per scheme (``vitpos.export``, dynamic height and width), timed at every size against eager.
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import onnxruntime as ort
 import torch
-from common import ROOT, round_robin, write_record  # noqa: E402  (benchmarks/ is on sys.path as a script)
 
+from benchmarks.common import ROOT, round_robin, write_record
 from vitpos import create_model
 from vitpos.export import export_program, relative_difference, write_onnx
 

@@ -1,7 +1,7 @@
 """The position-scheme study on Fashion-MNIST (real data, offline): every scheme over seeds, then its transfer; JSON.
 
     apt-get install dataset-fashion-mnist           # the data, once (Debian's package; no download)
-    python benchmarks/fashion_mnist.py --jobs 2     # docs/fashion_mnist.json; then: python docs/render.py
+    python -m benchmarks.fashion_mnist --jobs 2     # docs/fashion_mnist.json; then: python docs/render.py
 
 Each run is ``python train.py --config configs/fashion_mnist_study.yaml --pos P --stem S --seed K`` (``--runs`` with
 every seed, ``--single`` with the first), its validation curve kept. One ``python -m vitpos.evaluate`` then sweeps
@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from common import (  # noqa: E402  (benchmarks/ is on sys.path as a script)
+from benchmarks.common import (
     MAIN_RUNS,
     ROOT,
     cores_per_job,
@@ -35,7 +35,6 @@ from common import (  # noqa: E402  (benchmarks/ is on sys.path as a script)
     transfer_study,
     write_record,
 )
-
 from vitpos.config import Config
 from vitpos.optim import POS_RULE, pos_rule_of
 

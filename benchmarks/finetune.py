@@ -1,8 +1,8 @@
 """Swin v2's Table 1 protocol on `shapes`: each 32 px run tested directly at larger sizes, and after a short
 fine-tune there (``train.py --init-from``); JSON.
 
-    python benchmarks/results.py      # the 32 px runs (docs/results.json)
-    python benchmarks/finetune.py     # docs/finetune.json; then: python docs/render.py (docs/resolution.md)
+    python -m benchmarks.results      # the 32 px runs (docs/results.json)
+    python -m benchmarks.finetune     # docs/finetune.json; then: python docs/render.py (docs/resolution.md)
 
 For every run of docs/results.json at the default rule with a seed in ``--seeds``: one ``python -m vitpos.evaluate``
 tests the last checkpoints at each ``--sizes`` with every transfer method on the whole test split; then
@@ -23,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-from common import (  # noqa: E402
+from benchmarks.common import (
     ROOT,
     at_default_rule,
     earlier_record,
@@ -36,7 +36,6 @@ from common import (  # noqa: E402
     transfer_study,
     write_record,
 )
-
 from vitpos.optim import pos_rule_of
 
 

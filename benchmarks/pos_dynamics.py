@@ -1,6 +1,6 @@
 """How the position parameters move: `learned` alone and beside RoPE, under the default rule and the rule off; JSON.
 
-    python benchmarks/pos_dynamics.py --jobs 2     # docs/pos_dynamics.json; then: python docs/render.py
+    python -m benchmarks.pos_dynamics --jobs 2     # docs/pos_dynamics.json; then: python docs/render.py
 
 Each run is ``python train.py --pos P --seed 0`` at the default budget, with the default position rule or with it off
 (``--pos-lr-scale 1 --pos-weight-decay 0``). Every run logs ``pos/rms`` (the rms of the position parameters) and
@@ -17,7 +17,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import (  # noqa: E402  (benchmarks/ is on sys.path as a script)
+from benchmarks.common import (
     ROOT,
     cores_per_job,
     run_name,
@@ -26,7 +26,6 @@ from common import (  # noqa: E402  (benchmarks/ is on sys.path as a script)
     train_run,
     write_record,
 )
-
 from vitpos.config import Config
 from vitpos.optim import pos_rule, pos_rule_of
 

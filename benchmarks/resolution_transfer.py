@@ -1,7 +1,7 @@
 """Resolution transfer of the `shapes` runs: every checkpoint tested at 24-128 px with every transfer method; JSON.
 
-    python benchmarks/results.py                         # trains the runs (docs/results.json)
-    python benchmarks/resolution_transfer.py             # sweeps them: docs/resolution.json
+    python -m benchmarks.results                         # trains the runs (docs/results.json)
+    python -m benchmarks.resolution_transfer             # sweeps them: docs/resolution.json
     python docs/render.py                                # docs/resolution.md and resolution.png
 
 One ``python -m vitpos.evaluate`` sweeps the last checkpoints of docs/results.json's runs at the default position
@@ -19,8 +19,7 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from common import ROOT, at_default_rule, earlier_record, study_here, transfer_study, write_record  # noqa: E402  (benchmarks/ is on sys.path as a script)
-
+from benchmarks.common import ROOT, at_default_rule, earlier_record, study_here, transfer_study, write_record
 from vitpos.pos.rope2d import axial_frequencies, yarn_ramp
 
 RESOLUTIONS = ["24", "32", "48", "64", "96", "128"]

@@ -1,6 +1,6 @@
 """Train every position scheme on the embedded `shapes` set with the default budget, over seeds; write JSON.
 
-    python benchmarks/results.py --jobs 2           # docs/results.json; then: python docs/render.py
+    python -m benchmarks.results --jobs 2           # docs/results.json; then: python docs/render.py
 
 Each run is ``python train.py --pos P --stem S --seed K`` with nothing else. The six main runs get every seed, every
 other scheme the first seed, and the ``--top`` of those by validation top-1 every seed too (chosen once and kept in
@@ -23,7 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
-from common import (  # noqa: E402
+
+from benchmarks.common import (
     MAIN_RUNS,
     ROOT,
     cores_per_job,
@@ -35,7 +36,6 @@ from common import (  # noqa: E402
     train_run,
     write_record,
 )
-
 from vitpos import POS_SCHEMES
 from vitpos.config import Config
 from vitpos.optim import pos_rule, pos_rule_of

@@ -1,10 +1,10 @@
 """Training-step throughput of vitpos's position schemes against timm's model of the same size (JSON only).
 
-    python benchmarks/throughput.py --repeats 3 --steps 1 --warmup 1 --batch-size 32 --data-images 256
+    python -m benchmarks.throughput --repeats 3 --steps 1 --warmup 1 --batch-size 32 --data-images 256
                                                         # docs/performance.json: CPU, tiny model, 8x8 and 16x16
-    python benchmarks/throughput.py --compile --grids 8 --eval-img-sizes 32 48 64 --repeats 3
+    python -m benchmarks.throughput --compile --grids 8 --eval-img-sizes 32 48 64 --repeats 3
                                                         # docs/performance_compile.json: torch.compile vs eager
-    python benchmarks/throughput.py --quick --out /tmp/performance.json   # smoke test, seconds
+    python -m benchmarks.throughput --quick --out /tmp/performance.json   # smoke test, seconds
 
 Per grid every contender (the schemes; timm's ``VisionTransformer``, RoPE ``Eva`` and relpos ViT for `learned`,
 `rope2d` and `relbias`) is warmed up, then all run round-robin, ``--repeats`` rounds of ``--steps`` training steps:
@@ -26,12 +26,12 @@ from pathlib import Path
 import timm
 import torch
 import torch.nn.functional as F
-from common import ROOT, round_robin, write_record  # noqa: E402  (benchmarks/ is on sys.path as a script)
 from timm.models.vision_transformer import VisionTransformer
 from timm.models.vision_transformer_relpos import VisionTransformerRelPos
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
+from benchmarks.common import ROOT, round_robin, write_record
 from vitpos.config import MODEL_PRESETS
 from vitpos.data.shapes import render_shapes
 from vitpos.model import create_model

@@ -14,17 +14,16 @@ from helpers import ROOT  # noqa: E402
 
 @pytest.fixture
 def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     monkeypatch.syspath_prepend(str(ROOT / "docs"))  # render.py, beside the pages it writes
-    import common
+    from benchmarks import common
 
     return common
 
 
-@pytest.mark.parametrize("script", sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")))
+@pytest.mark.parametrize("script", sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if p.stem != "__init__"))
 def test_every_benchmark_imports(bench, script):
     """No test runs the benchmarks themselves: importing each at least finds every name it takes from vitpos."""
-    importlib.import_module(script)
+    importlib.import_module(f"benchmarks.{script}")
 
 
 def test_a_finished_sweep_is_reused_only_when_command_and_checkpoints_match(bench, tmp_path):
@@ -208,8 +207,9 @@ def test_hardware_line_counts_each_machine_and_the_runs_that_name_none(bench):
 
 
 def test_diagnostics_takes_each_schemes_seed_0_run_at_the_default_rule(bench, tmp_path, monkeypatch):
-    import diagnostics
     import render
+
+    from benchmarks import diagnostics
 
     runs = [("rope2d-patch-seed0", 0, 30.0), ("learned-patch-lr30-seed0", 0, 30.0),  # rope2d: no lr in its name
             ("learned-patch-lr30-seed1", 1, 30.0), ("learned-patch-lr1-seed0", 0, 1.0),
@@ -403,7 +403,7 @@ def test_published_claims_are_judged_by_the_intervals_here(bench):
 
 
 def test_resolution_study_keeps_the_records_of_runs_whose_checkpoints_are_gone(bench, tmp_path, monkeypatch):
-    import resolution_transfer as rt
+    from benchmarks import resolution_transfer as rt
 
     here = tmp_path / "runs" / "a-seed0" / "checkpoints" / "last.ckpt"
     extra = tmp_path / "runs" / "a-seed3" / "checkpoints" / "last.ckpt"
@@ -459,7 +459,7 @@ def fake_fashion_mnist_training(fm, tmp_path: Path, monkeypatch) -> list[str]:
 def test_fashion_mnist_study_reuses_recorded_runs_whose_folders_are_gone_at_the_same_budget(
     bench, tmp_path, monkeypatch, same_budget
 ):
-    import fashion_mnist as fm
+    from benchmarks import fashion_mnist as fm
 
     monkeypatch.setattr(fm, "ROOT", tmp_path)
     monkeypatch.setattr(bench, "ROOT", tmp_path)
@@ -488,7 +488,7 @@ def test_fashion_mnist_study_under_another_rule_reuses_only_the_schemes_without_
 ):
     """A record made under another position rule (an older one names only the scale) still holds the runs of
     schemes the rule does not touch; the schemes with position parameters train again."""
-    import fashion_mnist as fm
+    from benchmarks import fashion_mnist as fm
 
     monkeypatch.setattr(fm, "ROOT", tmp_path)
     monkeypatch.setattr(bench, "ROOT", tmp_path)
@@ -536,7 +536,7 @@ def test_fashion_mnist_page_says_where_its_runs_differ_from_the_defaults(bench, 
 def finetune_here(bench, tmp_path: Path, monkeypatch, runs: list[dict]):
     """benchmarks/finetune.py with its root at ``tmp_path``, where ``runs`` (at the default rule) have checkpoints
     and a results.json records them (with one more run at another rule, which the study must skip)."""
-    import finetune
+    from benchmarks import finetune
 
     monkeypatch.setattr(finetune, "ROOT", tmp_path)
     monkeypatch.setattr(bench, "ROOT", tmp_path)
@@ -756,7 +756,7 @@ def read_json(folder: Path) -> dict:
 
 
 def test_results_study_trains_main_top_and_more_seeds_schemes_with_every_seed(bench, tmp_path, monkeypatch):
-    import results
+    from benchmarks import results
 
     monkeypatch.setattr(results, "ROOT", tmp_path)
     val = {"rope2d-mixed": 0.99, "liere": 0.98, "cpb": 0.5, "lookhere": 0.4}  # seed-0 validation top-1
@@ -790,7 +790,7 @@ def test_results_study_with_jobs_trains_at_once_and_records_as_one_at_a_time(ben
     import threading
     import time
 
-    import results
+    from benchmarks import results
 
     monkeypatch.setattr(results, "ROOT", tmp_path)
     monkeypatch.setenv("OMP_NUM_THREADS", "7")  # restored after the test
@@ -831,7 +831,8 @@ def test_results_study_trains_scheme_options_apart_and_its_page_keeps_them_apart
     """A sweep item's KEY=VALUE (PART.KEY=VALUE in a composition) reaches train.py as --pos-kwarg, names the run
     folder and the record, and the page shows those runs in their own row, never pooled with the scheme's defaults."""
     import render
-    import results
+
+    from benchmarks import results
 
     monkeypatch.setattr(results, "ROOT", tmp_path)
     flags_of = {}
@@ -865,12 +866,12 @@ def test_studies_refuse_fewer_than_one_job_in_one_line(bench, study, capsys):
     import importlib
 
     with pytest.raises(SystemExit) as exit_:
-        importlib.import_module(study).main(["--jobs", "0"])
+        importlib.import_module(f"benchmarks.{study}").main(["--jobs", "0"])
     assert exit_.value.code == 2 and "--jobs must be at least 1, got 0" in capsys.readouterr().err
 
 
 def test_results_study_keeps_its_recorded_top_others_unless_told_to_repick(bench, tmp_path, monkeypatch):
-    import results
+    from benchmarks import results
 
     monkeypatch.setattr(results, "ROOT", tmp_path)
     val = {"rope2d-mixed": 0.99, "liere": 0.98, "none": 0.25}  # seed-0 validation top-1: rope2d-mixed leads now
@@ -896,7 +897,7 @@ def test_results_study_keeps_its_recorded_top_others_unless_told_to_repick(bench
 
 @pytest.mark.parametrize("change", [{}, {"default_pos_lr_scale": 10.0}, {"epochs": 5}])
 def test_results_study_reuses_recorded_runs_only_at_the_same_training_budget(bench, tmp_path, monkeypatch, change):
-    import results
+    from benchmarks import results
 
     monkeypatch.setattr(results, "ROOT", tmp_path)
     trained = []
@@ -924,8 +925,9 @@ def test_pos_dynamics_study_keeps_each_runs_curves_and_its_page_compares_them_st
 ):
     """Each scheme under the default rule and the rule off; the page gives, per rule, the ratio of its curves to
     `learned`'s at every step both logged, and says they move alike only where every ratio is within the bar."""
-    import pos_dynamics as pd
     import render
+
+    from benchmarks import pos_dynamics as pd
 
     monkeypatch.setattr(pd, "ROOT", tmp_path)
     flags_of = {}

@@ -264,10 +264,10 @@ def test_cuda_sdpa_runs_on_a_fused_kernel(name):
 def test_throughput_benchmark_quick_record_renders(tmp_path, monkeypatch):
     """benchmarks/throughput.py --quick writes its JSON (every contender, per-round rates, memory, FLOPs, the
     `shapes` rate); docs/render.py makes the page from it."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     monkeypatch.syspath_prepend(str(ROOT / "docs"))
     import render
-    import throughput
+
+    from benchmarks import throughput
 
     out = tmp_path / "performance.json"
     assert throughput.main(["--quick", "--schemes", "rope2d", "none", "--out", str(out)]) == 0

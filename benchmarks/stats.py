@@ -1,0 +1,106 @@
+"""The statistics every page uses: a mean with its interval, a difference with its interval (paired where runs pair),
+and Holm's correction over the comparisons of one page.
+
+Units are runs (seeds), not images: a seed's top-1 is one observation. A single-seed value is never judged against a
+mean's interval: comparisons need at least two runs on each side (two pairs when paired). A verdict is "above" or
+"below" where the Holm-adjusted p-value over the page's comparisons is below ``ALPHA``; otherwise the difference is
+"not separated", which says the runs cannot tell, never that there is no effect: its interval says how large an
+effect they leave possible.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from scipy import stats as sp
+
+ALPHA = 0.05
+LEVEL = 0.95
+
+
+def mean_ci(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
+    """(mean, low, high): Student's t interval over the values; low = high = mean for a single value."""
+    n = len(values)
+    m = sum(values) / n
+    if n < 2:
+        return m, m, m
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
+    h = sp.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
+    return m, m - h, m + h
+
+
+@dataclass(frozen=True)
+class Difference:
+    """a - b over runs: the mean difference, its interval, the p-value (two-sided) and, once a page's comparisons are
+    corrected together, the Holm-adjusted p-value. ``kind`` says which test: paired t over matched runs, or Welch's t
+    over independent ones."""
+
+    diff: float
+    low: float
+    high: float
+    p: float
+    n_a: int
+    n_b: int
+    kind: str
+    p_holm: float | None = None
+
+    @property
+    def verdict(self) -> str:
+        """above / below / not separated, by the Holm-adjusted p-value (the raw one until corrected)."""
+        p = self.p if self.p_holm is None else self.p_holm
+        if p >= ALPHA or self.diff == 0:
+            return "not separated"
+        return "above" if self.diff > 0 else "below"
+
+
+def paired(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Difference:
+    """a - b where a[i] and b[i] come from the same run or seed (the same checkpoint under two methods, the same seed
+    under two schemes): a paired t interval over the differences."""
+    if len(a) != len(b) or len(a) < 2:
+        raise ValueError(f"a paired difference needs two or more matched pairs, got {len(a)} and {len(b)}")
+    d = [x - y for x, y in zip(a, b, strict=True)]
+    m, lo, hi = mean_ci(d, level)
+    if all(v == d[0] for v in d):  # no spread: the interval is the point, and the test is decided by the sign
+        return Difference(m, m, m, 1.0 if m == 0 else 0.0, len(a), len(b), "paired t")
+    return Difference(m, lo, hi, float(sp.ttest_rel(a, b).pvalue), len(a), len(b), "paired t")
+
+
+def welch(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Difference:
+    """a - b over independent runs: Welch's t interval (unequal variances)."""
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"a difference between means needs two or more runs on each side, got {len(a)} and {len(b)}")
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1) / len(a)
+    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
+    d = ma - mb
+    if va + vb == 0:
+        return Difference(d, d, d, 1.0 if d == 0 else 0.0, len(a), len(b), "Welch t")
+    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    h = sp.t.ppf(0.5 + level / 2, dof) * math.sqrt(va + vb)
+    p = float(sp.ttest_ind(a, b, equal_var=False).pvalue)
+    return Difference(d, d - h, d + h, p, len(a), len(b), "Welch t")
+
+
+def holm(diffs: Sequence[Difference]) -> list[Difference]:
+    """The differences with ``p_holm`` set: Holm's step-down adjustment over all of them (one page's family)."""
+    m = len(diffs)
+    order = sorted(range(m), key=lambda i: diffs[i].p)
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * diffs[i].p))
+        adjusted[i] = running
+    return [replace(d, p_holm=p) for d, p in zip(diffs, adjusted, strict=True)]
+
+
+def wilson(correct: int, total: int, level: float = LEVEL) -> tuple[float, float]:
+    """The Wilson score interval of one accuracy over ``total`` images (what one checkpoint's cell can say)."""
+    if total == 0:
+        return float("nan"), float("nan")
+    z = sp.norm.ppf(0.5 + level / 2)
+    p = correct / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return centre - half, centre + half

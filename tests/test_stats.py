@@ -1,0 +1,70 @@
+"""The pages' statistics, pinned against scipy's own intervals and against Holm's definition."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from scipy import stats as sp
+
+from benchmarks import stats
+
+A = [0.91, 0.94, 0.90, 0.93, 0.95]
+B = [0.88, 0.93, 0.86, 0.92, 0.90]
+
+
+def test_mean_ci_is_students_t_interval():
+    m, lo, hi = stats.mean_ci(A)
+    ref = sp.ttest_1samp(A, 0).confidence_interval(0.95)
+    assert m == pytest.approx(sum(A) / 5) and (lo, hi) == pytest.approx((ref.low, ref.high))
+    assert stats.mean_ci([0.5]) == (0.5, 0.5, 0.5)
+
+
+def test_paired_difference_matches_scipy_and_is_narrower_than_welch_on_correlated_runs():
+    d = stats.paired(A, B)
+    ref = sp.ttest_rel(A, B)
+    ci = ref.confidence_interval(0.95)
+    assert (d.diff, d.low, d.high, d.p) == pytest.approx((sum(A) / 5 - sum(B) / 5, ci.low, ci.high, ref.pvalue))
+    w = stats.welch(A, B)
+    wref = sp.ttest_ind(A, B, equal_var=False)
+    wci = wref.confidence_interval(0.95)
+    assert (w.low, w.high, w.p) == pytest.approx((wci.low, wci.high, wref.pvalue))
+    assert d.high - d.low < w.high - w.low  # pairing removes the seed-to-seed spread both share
+    assert d.kind == "paired t" and w.kind == "Welch t"
+
+
+def test_a_single_run_is_never_compared_with_a_mean():
+    with pytest.raises(ValueError, match="two or more"):
+        stats.welch([0.9], B)
+    with pytest.raises(ValueError, match="two or more"):
+        stats.paired([0.9], [0.8])
+    with pytest.raises(ValueError, match="matched"):
+        stats.paired(A, B[:4])
+
+
+def test_holm_adjusts_step_down_and_never_below_the_raw_p():
+    ps = [0.01, 0.04, 0.03, 0.005]
+    diffs = [stats.Difference(1.0, 0.5, 1.5, p, 3, 3, "paired t") for p in ps]
+    adjusted = [d.p_holm for d in stats.holm(diffs)]
+    # sorted p: .005 (x4 = .02), .01 (x3 = .03), .03 (x2 = .06), .04 (x1 = .04 -> kept monotone at .06)
+    assert adjusted == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    rng = random.Random(0)
+    many = [stats.Difference(1.0, 0, 2, rng.random(), 3, 3, "paired t") for _ in range(20)]
+    for raw, adj in zip(many, stats.holm(many), strict=True):
+        assert raw.p <= adj.p_holm <= 1
+
+
+def test_verdict_follows_the_corrected_p_and_the_sign():
+    d = stats.Difference(2.0, 0.1, 3.9, 0.01, 5, 5, "paired t")
+    assert d.verdict == "above"
+    assert stats.Difference(-2.0, -3.9, -0.1, 0.01, 5, 5, "paired t").verdict == "below"
+    corrected = stats.holm([d] * 10)[0]  # ten such comparisons: .01 x 10 = .1
+    assert corrected.verdict == "not separated"
+
+
+def test_wilson_interval_contains_the_rate_and_narrows_with_more_images():
+    lo, hi = stats.wilson(90, 100)
+    assert lo < 0.9 < hi
+    lo2, hi2 = stats.wilson(900, 1000)
+    assert hi2 - lo2 < hi - lo
+    assert stats.wilson(0, 10)[0] == pytest.approx(0, abs=1e-12)
