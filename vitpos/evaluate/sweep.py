@@ -177,7 +177,9 @@ def evaluate_model(
 
 # -- the sweep ------------------------------------------------------------------------------------
 def _fits(hw: tuple[int, int], trained: tuple[int, int]) -> bool:
-    return hw[0] >= trained[0] and hw[1] >= trained[1]
+    """Whether the canvas regime serves ``hw``: at least the training size, and not equal to it (there the canvas
+    is the trained image itself, which zoom already measures)."""
+    return hw[0] >= trained[0] and hw[1] >= trained[1] and hw != trained
 
 
 def check_controls(data: EvalData) -> None:
@@ -342,7 +344,7 @@ def sweep(
         cells = [(g, r) for g in data.regimes for r in res if g == "zoom" or _fits(to_hw(r), trained)]
         skipped = [resolution_label(r) for r in res if "canvas" in data.regimes and not _fits(to_hw(r), trained)]
         if skipped:
-            _note(f"{plan.path}: canvas serves sizes at least the training size; skipped {', '.join(skipped)}")
+            _note(f"{plan.path}: canvas serves sizes above the training size; skipped {', '.join(skipped)}")
         windows = {(g, r): _window(g, r, trained, patch, data.canvas) for g, r in cells}
         datasets = {c: dm.eval_dataset(c[1], data.split, windows[c]) for c in cells}
         if data.limit is not None:

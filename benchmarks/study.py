@@ -1,0 +1,145 @@
+"""The study behind docs/summary.md: which position scheme, and what happens when the image gets bigger.
+
+    python -m benchmarks.study --jobs 2          # trains what is missing, sweeps it, chooses, writes docs/study.json
+    python -m benchmarks.pages                   # docs/summary.md, docs/summary.png and the README's table
+
+The protocol, frozen before test is read:
+
+1. Runs: ``python train.py --pos P --stem S --seed K`` at the defaults for the six main runs over ``--seeds``. The
+   position rule and `relbias`'s start were chosen on validation top-1 (docs/protocol.json records how).
+2. Validation sweep: every checkpoint on the first ``--val-limit`` validation images at every ``--sizes`` size,
+   under both regimes (zoom: the scene grows with the image; canvas: the scene keeps its training size on a larger
+   background; vitpos.regime), with every transfer method its scheme offers.
+3. Choice: each scheme's transfer method is the one with the highest mean validation top-1 over its seeds, the sizes
+   other than the training size and both regimes. It is written into the JSON before any test number is read.
+4. Test: the whole test split, every size, both regimes, every method (each record names its split).
+
+A checkpoint keeps its records while its SHA-256 and the sweep's arguments are unchanged: an interrupted study goes
+on where it stopped, and only new or retrained runs are evaluated. Every run and record names its provenance
+(hardware, device, commit, torch, ckpt_sha256).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from benchmarks.common import (
+    MAIN_RUNS,
+    ROOT,
+    cores_per_job,
+    fingerprint,
+    has_pos_params,
+    provenance,
+    run_specs,
+    study_budget,
+    study_run,
+    train_run,
+    write_record,
+)
+from vitpos.config import Config
+from vitpos.optim import pos_rule_of
+
+SIZES = ["24", "32", "48", "64", "128"]
+
+
+def sweep_checkpoint(ckpt: Path, split: str, sizes: list[str], limit: int | None) -> list[dict]:
+    """Every method of the checkpoint's scheme at every size under both regimes, on ``split`` (its first ``limit``
+    images; None: all)."""
+    from vitpos import evaluate as ev
+
+    data = ev.EvalData(split=split, limit=limit, regimes=("zoom", "canvas"))
+    return ev.sweep([ckpt], sizes, data=data)
+
+
+def choose_methods(records: list[dict], train_size: int) -> dict[str, dict]:
+    """Per scheme (POS:STEM): the method with the highest mean validation top-1 over seeds, sizes other than the
+    training size and both regimes; with every method's mean, so the page can show the margin."""
+    score: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        if r["split"] == "val" and r["resolution"] != train_size:
+            score[f"{r['scheme']}:{r['stem']}"][r["method"]].append(r["top1"])
+    out = {}
+    for spec, by_method in score.items():
+        means = {m: sum(v) / len(v) for m, v in by_method.items()}
+        out[spec] = {"method": max(means, key=lambda m: (means[m], m)), "val_mean": means,
+                     "cells": len(next(iter(by_method.values())))}  # fmt: skip
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", nargs="+", default=MAIN_RUNS, metavar="POS:STEM")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    p.add_argument("--sizes", nargs="+", default=SIZES, help="test sizes (px); the canvas regime uses those >= 32")
+    p.add_argument("--val-limit", type=int, default=1000, help="validation images per cell for the choice")
+    p.add_argument("--out", default="runs/bench-shapes", help="folder of the training runs")
+    p.add_argument("--json", default=str(ROOT / "docs" / "study.json"))
+    p.add_argument("--jobs", type=int, default=1, help="trainings at once, each with cores / jobs threads")
+    p.add_argument("--no-train", action="store_true", help="sweep only the runs already trained")
+    args = p.parse_args(argv)
+    threads = cores_per_job(p, args.jobs)
+    run_specs(p, args.runs)
+    cfg, out = Config(), ROOT / args.out
+    rule = pos_rule_of(vars(cfg.optim))
+    path = Path(args.json)
+    earlier = json.loads(path.read_text()) if path.is_file() else {}
+    records: list[dict] = earlier.get("records", [])
+    runs: dict[str, dict] = {r["run"]: r for r in earlier.get("runs", [])}
+    budget = study_budget(cfg, train_size=cfg.data.train_size, val_size=cfg.data.val_size,
+                          test_size=cfg.data.test_size, **{f"rule_{k}": v for k, v in rule.items()})  # fmt: skip
+
+    choices: dict = earlier.get("choices", {})
+
+    def save() -> None:
+        write_record(path, "study.py", argv, budget=budget, sizes=args.sizes, val_limit=args.val_limit,
+                     runs=list(runs.values()), choices=choices, records=records)  # fmt: skip
+
+    # 1. the runs, seed by seed, so that a study cut short has every scheme at the seeds it reached
+    jobs = [(spec, seed) for seed in args.seeds for spec in args.runs]
+    if args.jobs > 1:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+
+    def train(job: tuple[str, int]) -> dict | None:
+        spec, seed = job
+        pos, _, stem = spec.partition(":")
+        run_dir, flags = study_run(out, pos, stem, seed, rule, {}, has_pos_params(spec))
+        if args.no_train and not (run_dir / "results.json").is_file():
+            return None
+        return {"spec": spec, "pos": pos, "stem": stem, "seed": seed, **train_run(run_dir, flags)}
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for run in pool.map(train, jobs):
+            if run is not None:
+                runs[run["run"]] = run
+    save()
+
+    # 2-4. validation sweep, choice, test sweep; each checkpoint once per (sha, split, sizes, limit)
+    for split, limit in (("val", args.val_limit), ("test", None)):
+        if split == "test":
+            choices = choose_methods(records, cfg.model.img_size)
+            save()  # the choice is on disk before test is read
+        for run in runs.values():
+            ckpt = ROOT / run["run"] / "checkpoints" / "last.ckpt"
+            if not ckpt.is_file():
+                continue
+            sha = fingerprint(ckpt)
+            sweep = {"split": split, "sizes": args.sizes, "limit": limit}
+            if any(r.get("ckpt_sha256") == sha and r.get("sweep") == sweep for r in records):
+                continue
+            stamp = provenance() | {"ckpt_sha256": sha, "train_commit": run.get("commit")}
+            fresh = sweep_checkpoint(ckpt, split, args.sizes, limit)
+            records[:] = [r for r in records if not (r["checkpoint"] == str(ckpt) and r.get("sweep") == sweep)]
+            records += [r | stamp | {"sweep": sweep, "seed": run["seed"], "run": run["run"]} for r in fresh]
+            save()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,109 @@
+"""The study's protocol: every choice is made on validation from the records, never on test, and the study sweeps each
+checkpoint once per sweep, choosing the transfer methods before it reads test."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import protocol, study
+
+RULE_A = dict(pos_lr_scale=30.0, pos_weight_decay=0.3, pos_decay_to="start", pos_lr_warmup_epochs=5.0)
+RULE_B = dict(pos_lr_scale=1.0, pos_weight_decay=0.0, pos_decay_to="none", pos_lr_warmup_epochs=0.0)
+
+
+def run(spec, seed, rule, val, test=0.5, **more):
+    return {"spec": spec, "seed": seed, "pos_params": True, **rule, "best_val_top1": val, "test_top1": test, **more}
+
+
+def test_the_rule_is_chosen_on_validation_and_test_never_enters():
+    runs = [run(f"s{i}:patch", seed, RULE_A, 0.9 + 0.01 * seed, test=0.1) for i in range(3) for seed in range(2)]
+    runs += [run(f"s{i}:patch", seed, RULE_B, 0.8, test=0.99) for i in range(3) for seed in range(2)]
+    chosen = protocol.choose_rule(runs, min_pairs=5)
+    assert chosen["chosen"] == RULE_A  # above on validation, though far below on test
+    flipped = [r | {"best_val_top1": r["test_top1"]} for r in runs]
+    assert protocol.choose_rule(flipped, min_pairs=5)["chosen"] == RULE_B  # the choice moves only with validation
+    (row,) = [t for t in chosen["comparisons"] if t["rule"] == RULE_A]
+    assert (row["pairs"], row["wins"], row["losses"]) == (6, 6, 0)
+
+
+def test_no_rule_is_chosen_without_enough_shared_runs_or_a_rule_above_all_others():
+    runs = [run("s:patch", seed, RULE_A, 0.9) for seed in range(3)] + [run("s:patch", seed, RULE_B, 0.8)
+                                                                       for seed in range(3)]  # fmt: skip
+    assert protocol.choose_rule(runs, min_pairs=5)["chosen"] is None  # 3 pairs < 5
+    tied = [run("s:patch", seed, rule, 0.9) for seed in range(5) for rule in (RULE_A, RULE_B)]
+    assert protocol.choose_rule(tied, min_pairs=5)["chosen"] is None
+
+
+def test_runs_with_scheme_options_do_not_vote_for_the_rule_and_the_start_is_chosen_apart():
+    runs = [run("relbias:patch", s, RULE_A, 0.99) for s in range(3)]
+    runs += [run("relbias:patch", 1, RULE_A, 0.40, pos_kwargs={"locality": 0})]
+    assert all(k[0] == "relbias:patch" for k in protocol.val_by_rule(runs)[tuple(RULE_A.values())])
+    assert len(protocol.val_by_rule(runs)[tuple(RULE_A.values())]) == 3
+    start = protocol.choose_start(runs, RULE_A)
+    assert (start["chosen"], start["seeds"]) == (1, [1])
+
+
+def test_top_others_are_ranked_by_seed_0_validation_outside_the_main_runs():
+    runs = [
+        run("a:patch", 0, RULE_A, 0.95),
+        run("b:patch", 0, RULE_A, 0.99),
+        run("c:patch", 0, RULE_A, 0.97),
+        run("b:patch", 1, RULE_A, 0.10),
+        run("main:patch", 0, RULE_A, 1.0),
+        run("d:patch", 0, RULE_B, 1.0),
+    ]
+    top = protocol.choose_top(runs, RULE_A, 2, ["main:patch"])
+    assert top["chosen"] == ["b:patch", "c:patch"]
+
+
+def record(scheme, method, size, top1, split="val", regime="zoom", seed=0):
+    return {"scheme": scheme, "stem": "patch", "method": method, "resolution": size, "top1": top1, "split": split,
+            "regime": regime, "seed": seed}  # fmt: skip
+
+
+def test_methods_are_chosen_on_validation_at_the_new_sizes_only():
+    recs = [record("rope2d", "extrapolate", 32, 1.0), record("rope2d", "interpolate", 32, 0.5),  # training size
+            record("rope2d", "extrapolate", 64, 0.4), record("rope2d", "interpolate", 64, 0.6),
+            record("rope2d", "extrapolate", 64, 0.3, regime="canvas"),
+            record("rope2d", "interpolate", 64, 0.5, regime="canvas"),
+            record("rope2d", "extrapolate", 64, 0.99, split="test")]  # fmt: skip
+    chosen = study.choose_methods(recs, 32)["rope2d:patch"]
+    assert chosen["method"] == "interpolate" and chosen["val_mean"]["extrapolate"] == pytest.approx(0.35)
+
+
+def test_study_sweeps_each_checkpoint_once_and_chooses_before_test(tmp_path, monkeypatch):
+    from benchmarks import common
+
+    monkeypatch.setattr(study, "ROOT", tmp_path)
+    monkeypatch.setattr(common, "ROOT", tmp_path)
+    run_dir = tmp_path / "runs" / "rope2d-patch-seed0"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+
+    def train_run(rd, flags, retrain=False):
+        return {"run": str(rd.relative_to(tmp_path)), "best_val_top1": 0.9, "test_top1": 0.9, "commit": "abc"}
+
+    calls = []
+
+    def sweep(ckpt, split, sizes, limit):
+        calls.append(split)
+        if split == "test":  # by now the choice must be on disk
+            assert json.loads(out.read_text())["choices"]["rope2d:patch"]["method"] == "interpolate"
+        return [record("rope2d", m, 64, v, split=split) | {"checkpoint": str(ckpt)}
+                for m, v in (("extrapolate", 0.4), ("interpolate", 0.6))]  # fmt: skip
+
+    monkeypatch.setattr(study, "train_run", train_run)
+    monkeypatch.setattr(study, "sweep_checkpoint", sweep)
+    out = tmp_path / "study.json"
+    argv = ["--runs", "rope2d:patch", "--seeds", "0", "--out", "runs", "--json", str(out), "--sizes", "32", "64"]
+    assert study.main(argv) == 0
+    assert calls == ["val", "test"]
+    data = json.loads(out.read_text())
+    assert {r["split"] for r in data["records"]} == {"val", "test"}
+    assert all(r["ckpt_sha256"] and r["train_commit"] == "abc" and r["device"] for r in data["records"])
+    assert study.main(argv) == 0 and calls == ["val", "test"]  # unchanged checkpoint: nothing swept again
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"retrained")
+    assert study.main(argv) == 0 and calls == ["val", "test", "val", "test"]
+    assert len(json.loads(out.read_text())["records"]) == 4  # the old checkpoint's records replaced, not kept
