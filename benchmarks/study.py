@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     choices: dict = earlier.get("choices", {})
 
     def save() -> None:
-        write_record(path, "study.py", argv, budget=budget, sizes=args.sizes, val_limit=args.val_limit,
-                     runs=list(runs.values()), choices=choices, records=records)  # fmt: skip
+        write_record(path, "study.py", argv, budget=budget, specs=args.runs, seeds=args.seeds, sizes=args.sizes,
+                     val_limit=args.val_limit, runs=list(runs.values()), choices=choices, records=records)  # fmt: skip
 
     # 1. the runs, seed by seed, so that a study cut short has every scheme at the seeds it reached
     jobs = [(spec, seed) for seed in args.seeds for spec in args.runs]

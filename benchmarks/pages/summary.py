@@ -1,0 +1,188 @@
+"""docs/summary.md, docs/summary.png and the README's table: one row per scheme, the study's answer at a glance."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from benchmarks.common import MAIN_RUNS
+from benchmarks.pages.common import BAG_CEILING, CHANCE, cell, fill, machines, pct, signed, table
+from benchmarks.stats import holm, mean_ci, paired
+
+# the columns: (regime, factor of the training size); 1x is zoom at the training size
+COLUMNS = [("zoom", 1.0), ("zoom", 0.75), ("zoom", 1.5), ("zoom", 2.0), ("zoom", 4.0), ("canvas", 1.5),
+           ("canvas", 2.0), ("canvas", 4.0)]  # fmt: skip
+README_COLUMNS = [("zoom", 1.0), ("zoom", 2.0), ("zoom", 4.0), ("canvas", 2.0), ("canvas", 4.0)]
+GUIDE = [("zoom", 1.0), ("zoom", 1.5), ("zoom", 2.0), ("zoom", 4.0), ("canvas", 2.0), ("canvas", 4.0)]
+
+
+def label(spec: str) -> str:
+    pos, _, stem = spec.partition(":")
+    return f"`{pos}`" + (" (conv stem)" if stem == "conv" else "")
+
+
+def head(regime: str, factor: float) -> str:
+    return "1x" if factor == 1.0 else f"{regime} {factor:g}x"
+
+
+class Study:
+    """The study's JSON read for the pages: per scheme and column, the test top-1 of each seed under the scheme's
+    validation-chosen method."""
+
+    def __init__(self, data: dict):
+        self.data = data
+        self.train = data["budget"]["img_size"]
+        self.choices = data.get("choices", {})
+        self.cells: dict[tuple[str, str, float], dict[int, float]] = defaultdict(dict)
+        self.methods: dict[tuple[str, str, str, int], dict[int, float]] = defaultdict(dict)  # every method, for plots
+        for r in data.get("records", []):
+            if r["split"] != "test" or r.get("pool", "all") != "all" or r.get("logit_scaling", "none") != "none":
+                continue
+            spec = f"{r['scheme']}:{r['stem']}"
+            factor = r["resolution"] / self.train if isinstance(r["resolution"], int) else None
+            self.methods[(spec, r["regime"], r["method"], r["resolution"])][r["seed"]] = r["top1"]
+            if factor is not None and spec in self.choices and r["method"] == self.choices[spec]["method"]:
+                self.cells[(spec, r["regime"], factor)][r["seed"]] = r["top1"]
+        present = {r["spec"] for r in data.get("runs", [])}
+        self.specs = [s for s in MAIN_RUNS if s in present] + sorted(present - set(MAIN_RUNS))
+
+    def values(self, spec: str, column: tuple[str, float]) -> dict[int, float]:
+        return self.cells.get((spec, *column), {})
+
+    def row(self, spec: str, columns: list[tuple[str, float]]) -> list[str]:
+        method = self.choices.get(spec, {}).get("method")
+        return [label(spec), *(cell(list(self.values(spec, c).values())) for c in columns[:1]),
+                f"`{method}`" if method else "—",
+                *(cell(list(self.values(spec, c).values())) for c in columns[1:])]  # fmt: skip
+
+    def table(self, columns: list[tuple[str, float]]) -> str:
+        heads = ["scheme", head(*columns[0]), "method (val)", *(head(*c) for c in columns[1:])]
+        return table(heads, [self.row(s, columns) for s in self.specs])
+
+    def seeds(self) -> dict[str, list[int]]:
+        return {s: sorted(r["seed"] for r in self.data["runs"] if r["spec"] == s) for s in self.specs}
+
+
+def guide(study: Study) -> list[str]:
+    """At most 8 lines, each the best scheme of one column with its margin over the runner-up (paired by seed,
+    Holm-corrected over the guide's comparisons)."""
+    picks, diffs = [], []
+    for column in GUIDE:
+        means = {s: sum(v.values()) / len(v) for s in study.specs if (v := study.values(s, column))}
+        if not means:
+            continue
+        best, *rest = sorted(means, key=lambda s: -means[s])
+        runner = rest[0] if rest else None
+        d = None
+        if runner is not None:
+            shared = sorted(set(study.values(best, column)) & set(study.values(runner, column)))
+            if len(shared) >= 2:
+                d = paired([study.values(best, column)[k] for k in shared],
+                           [study.values(runner, column)[k] for k in shared])  # fmt: skip
+        picks.append((column, best, runner))
+        diffs.append(d)
+    corrected = iter(holm([d for d in diffs if d is not None]))
+    diffs = [next(corrected) if d is not None else None for d in diffs]
+    lines = []
+    for (column, best, runner), d in zip(picks, diffs, strict=True):
+        what = "at the training size" if column[1] == 1.0 else f"to serve {column[1]:g}x ({column[0]}) unchanged"
+        method = study.choices.get(best, {}).get("method", "?")
+        score = cell(list(study.values(best, column).values()))
+        line = f"- **{what.capitalize()}**: {label(best)} with `{method}`, {score} %"
+        if runner is None:
+            lines.append(line + " (the only scheme measured).")
+        elif d is None:
+            lines.append(line + f"; next {label(runner)}: fewer than two shared seeds, no verdict.")
+        else:
+            verdict = "above it" if d.verdict == "above" else "not separated from it (the runs cannot tell)"
+            lines.append(
+                line + f"; {verdict}: {signed(d.diff)} [{signed(d.low)}, {signed(d.high)}] points over "
+                f"{label(runner)} (paired over {d.n_a} seeds, Holm p = {d.p_holm:.3g})."
+            )
+    return lines[:8]
+
+
+def plot(study: Study, png: Path) -> None:
+    """Small multiples: one panel per scheme, top-1 against the size factor, the default and the validation-chosen
+    method in their own colours (zoom solid, canvas dashed), chance and the bag-of-patches ceiling marked; the
+    legend below the panels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from vitpos import POS_REGISTRY
+
+    n = len(study.specs)
+    cols = min(3, max(n, 1))
+    rows = max(1, -(-n // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows + 0.6), sharex=True, sharey=True,
+                             squeeze=False)  # fmt: skip
+    for ax, spec in zip(axes.flat, study.specs, strict=False):
+        default = POS_REGISTRY[spec.partition(":")[0]].methods[0]
+        chosen = study.choices.get(spec, {}).get("method")
+        for regime, style in (("zoom", "-"), ("canvas", "--")):
+            for method, colour in ((default, "tab:blue"), (chosen, "tab:orange")):
+                pts = sorted((size / study.train, sum(v.values()) / len(v))
+                             for (s, g, m, size), v in study.methods.items()
+                             if (s, g, m) == (spec, regime, method) and isinstance(size, int))  # fmt: skip
+                if pts and not (method == chosen == default and colour == "tab:orange"):
+                    ax.plot(*zip(*pts), style, color=colour, marker="o", markersize=3)
+        ax.axhline(CHANCE, color="grey", linestyle=":", linewidth=1)
+        ax.axhline(BAG_CEILING, color="grey", linestyle="-.", linewidth=1)
+        ax.set_title(spec.replace(":patch", "").replace(":conv", " (conv)"), fontsize=9)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(0, 1.02)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    handles = [plt.Line2D([], [], color="tab:blue", label="default method"),
+               plt.Line2D([], [], color="tab:orange", label="validation-chosen method"),
+               plt.Line2D([], [], color="black", linestyle="-", label="zoom"),
+               plt.Line2D([], [], color="black", linestyle="--", label="canvas"),
+               plt.Line2D([], [], color="grey", linestyle=":", label="chance"),
+               plt.Line2D([], [], color="grey", linestyle="-.", label="bag-of-patches ceiling")]  # fmt: skip
+    fig.supxlabel("test size / training size", fontsize=9)
+    fig.supylabel("test top-1", fontsize=9)
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def coverage(study: Study) -> str:
+    """Which seeds each scheme has of those the study asks for, which were swept on test, and at which sizes."""
+    seeds = study.seeds()
+    want = study.data.get("seeds", [])
+    parts = [f"{label(s)} {len(v)}" for s, v in seeds.items()]
+    swept = {r["seed"] for r in study.data.get("records", []) if r["split"] == "test"}
+    of = f" of the {len(want)} the study asks for" if want else ""
+    return (
+        f"Seeds trained per scheme{of}: {', '.join(parts) or 'none'}; seeds swept on test: "
+        f"{', '.join(map(str, sorted(swept))) or 'none'}. Sizes swept: {', '.join(study.data.get('sizes', []))} px."
+    )
+
+
+def render(data: dict, folder: Path) -> tuple[str, str]:
+    """(docs/summary.md, the README's table block) from docs/study.json; the figure is written beside the page."""
+    study = Study(data)
+    plot(study, folder / "summary.png")
+    sizes = {int(s) for s in data.get("sizes", [])}
+    missing = [head(*c) for c in COLUMNS if round(c[1] * study.train) not in sizes]
+    page = fill(
+        "summary.md",
+        command=data["command"],
+        coverage=coverage(study),
+        missing=("Columns not swept yet: " + ", ".join(missing) + ".") if missing else "Every column is swept.",
+        table=study.table(COLUMNS),
+        guide="\n".join(guide(study)) or "- Nothing is measured on test yet.",
+        machines="\n".join(f"- {m}" for m in machines(data.get("runs", []), data.get("records", []))) or "- none",
+    )
+    note = (
+        "Mean test top-1 (%) ± the 95 % interval's half-width over seeds (¹: one seed); "
+        "[docs/summary.md](docs/summary.md) has every column and the decision guide."
+    )
+    block = f"{study.table(README_COLUMNS)}\n\n{note}"
+    return page, block
+
+
+__all__ = ["COLUMNS", "Study", "guide", "plot", "render", "mean_ci", "pct"]

@@ -1,0 +1,108 @@
+"""The summary and protocol pages: numbers and structure come from the JSON alone (test split, the validation-chosen
+method), the decision guide's verdicts are the statistics module's, and the README's table is the page's."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from helpers import ROOT
+
+from benchmarks import stats
+from benchmarks.pages import __main__ as pages
+from benchmarks.pages import protocol, summary
+
+SEEDS = [0, 1, 2]
+# test top-1 per (scheme, method, regime, size) and seed
+TOP1 = {
+    ("rope2d", "extrapolate", "zoom", 32): [0.99, 0.98, 0.99],
+    ("rope2d", "interpolate", "zoom", 32): [0.99, 0.98, 0.99],
+    ("rope2d", "extrapolate", "zoom", 64): [0.20, 0.25, 0.22],
+    ("rope2d", "interpolate", "zoom", 64): [0.60, 0.70, 0.65],
+    ("rope2d", "interpolate", "canvas", 64): [0.40, 0.45, 0.50],
+    ("rope2d", "extrapolate", "canvas", 64): [0.30, 0.31, 0.32],
+    ("learned", "bicubic", "zoom", 32): [0.97, 0.96, 0.98],
+    ("learned", "bicubic", "zoom", 64): [0.50, 0.52, 0.49],
+    ("learned", "bicubic", "canvas", 64): [0.70, 0.72, 0.75],
+}
+
+
+def study_json() -> dict:
+    records = [{"scheme": s, "stem": "patch", "method": m, "regime": g, "resolution": r, "split": "test", "seed": k,
+                "top1": v, "pool": "all", "logit_scaling": "none", "hardware": "1 x CPU", "device": "cpu",
+                "commit": "abc", "torch": "2.x"}
+               for (s, m, g, r), vals in TOP1.items() for k, v in zip(SEEDS, vals, strict=True)]  # fmt: skip
+    # a validation record and a control record must never reach a cell
+    records.append(records[0] | {"split": "val", "resolution": 64, "top1": 1.0})
+    records.append(records[0] | {"pool": "scene", "resolution": 64, "top1": 1.0})
+    runs = [{"spec": f"{s}:patch", "seed": k, "run": f"runs/{s}-{k}", "hardware": "1 x CPU", "device": "cpu",
+             "commit": "abc", "torch": "2.x"} for s in ("learned", "rope2d") for k in SEEDS]  # fmt: skip
+    choices = {"rope2d:patch": {"method": "interpolate", "val_mean": {"interpolate": 0.6, "extrapolate": 0.3},
+                                "cells": 6},
+               "learned:patch": {"method": "bicubic", "val_mean": {"bicubic": 0.5}, "cells": 3}}  # fmt: skip
+    return {"command": "python -m benchmarks.study", "budget": {"img_size": 32}, "seeds": SEEDS,
+            "sizes": ["32", "64"], "runs": runs, "choices": choices, "records": records}  # fmt: skip
+
+
+def test_cells_are_test_means_of_the_chosen_method_only():
+    s = summary.Study(study_json())
+    assert summary.cell(list(s.values("rope2d:patch", ("zoom", 2.0)).values())).startswith("65.0 ±")
+    assert list(s.values("rope2d:patch", ("canvas", 2.0)).values()) == [0.40, 0.45, 0.50]
+    row = s.row("rope2d:patch", summary.COLUMNS)
+    assert row[0] == "`rope2d`" and row[2] == "`interpolate`"
+    assert s.specs == ["learned:patch", "rope2d:patch"]  # main runs in their order
+
+
+def test_guide_lines_carry_the_paired_holm_corrected_difference():
+    s = summary.Study(study_json())
+    lines = summary.guide(s)
+    assert len(lines) <= 8
+    zoom2 = next(line for line in lines if "2x (zoom)" in line)
+    assert "`rope2d` with `interpolate`" in zoom2
+    diffs = []
+    for column in [("zoom", 1.0), ("zoom", 2.0), ("canvas", 2.0)]:  # the guide's columns with data, in order
+        means = {k: sum(v.values()) / 3 for k in s.specs if (v := s.values(k, column))}
+        best, runner = sorted(means, key=lambda k: -means[k])
+        diffs.append(stats.paired(list(s.values(best, column).values()), list(s.values(runner, column).values())))
+    expected = stats.holm(diffs)[1]
+    assert f"{100 * expected.diff:+.1f} [{100 * expected.low:+.1f}, {100 * expected.high:+.1f}]" in zoom2
+    assert f"Holm p = {expected.p_holm:.3g}" in zoom2
+    canvas2 = next(line for line in lines if "2x (canvas)" in line)
+    assert "`learned` with `bicubic`" in canvas2
+
+
+def test_summary_page_has_its_table_figure_and_missing_columns(tmp_path):
+    page, block = summary.render(study_json(), tmp_path)
+    assert (tmp_path / "summary.png").stat().st_size > 0
+    assert "Columns not swept yet: zoom 0.75x, zoom 1.5x, zoom 4x, canvas 1.5x, canvas 4x." in page
+    rows = [ln for ln in page.splitlines() if ln.startswith("| `")]
+    assert len(rows) == 2 and len(rows[0].split("|")) == len(summary.COLUMNS) + 4  # + scheme, method, two edges
+    assert block.splitlines()[0].startswith("| scheme | 1x | method (val) | zoom 2x | zoom 4x | canvas 2x")
+    assert "commit abc" in page
+
+
+def test_readme_block_is_replaced_between_the_markers_only():
+    text = f"intro\n{pages.START}\nold table\n{pages.END}\noutro\n"
+    assert pages.readme_with("new", text) == f"intro\n{pages.START}\nnew\n{pages.END}\noutro\n"
+    with pytest.raises(SystemExit, match="markers"):
+        pages.readme_with("new", "no markers here")
+
+
+def test_the_readme_table_is_the_one_rendered_from_docs_study_json(tmp_path):
+    data = json.loads((ROOT / "docs" / "study.json").read_text())
+    _, block = summary.render(data, tmp_path)
+    readme = (ROOT / "README.md").read_text()
+    between = readme.split(pages.START)[1].split(pages.END)[0].strip()
+    assert between == block.strip()
+    assert not re.search(r"\d+\.\d ?%", readme.split(pages.START)[0]), "hand-copied numbers above the table"
+
+
+def test_protocol_page_states_the_rule_and_the_methods_chosen_on_validation():
+    proto = json.loads((ROOT / "docs" / "protocol.json").read_text())
+    page = protocol.render(proto, study_json())
+    assert "## The position rule: lr x30, decay 0.3 towards start, ramped in over 5 epochs" in page
+    assert "| `rope2d:patch` | `interpolate` | extrapolate 30.0, interpolate 60.0 | 6 |" in page
+    assert page.count("| lr x") == len(
+        [t for t in proto["rule"]["comparisons"] if t["rule"] == proto["rule"]["chosen"]]
+    )
