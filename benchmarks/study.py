@@ -13,6 +13,8 @@ The protocol, frozen before test is read:
 3. Choice: each scheme's transfer method is the one with the highest mean validation top-1 over its seeds, the sizes
    other than the training size and both regimes. It is written into the JSON before any test number is read.
 4. Test: the whole test split, every size, both regimes, every method (each record names its split).
+5. Controls (canvas, above the training size, the chosen method): pooling over the scene's tokens only, log-n logit
+   scaling, and the scene shifted off the patch grid by half a patch: what the canvas changes besides position.
 
 A checkpoint keeps its records while its SHA-256 and the sweep's arguments are unchanged: an interrupted study goes
 on where it stopped, and only new or retrained runs are evaluated. Every run and record names its provenance
@@ -48,13 +50,26 @@ from vitpos.optim import pos_rule_of
 SIZES = ["24", "32", "48", "64", "128"]
 
 
-def sweep_checkpoint(ckpt: Path, split: str, sizes: list[str], limit: int | None) -> list[dict]:
-    """Every method of the checkpoint's scheme at every size under both regimes, on ``split`` (its first ``limit``
-    images; None: all)."""
-    from vitpos import evaluate as ev
+# The canvas controls, each on the test split with the scheme's chosen method: what the canvas changes besides
+# position. `scene`: pool only the scene's tokens (the background no longer dilutes the averaged features);
+# `logn`: logits x log N / log N_train (attention no longer spreads over the added keys); `offgrid`: the scene
+# shifted by half a patch (every patch cuts the objects differently from training).
+CONTROLS = {"scene": {"pool": "scene"}, "logn": {"logit_scaling": "logn"}, "offgrid": {"shift": "half-patch"}}
 
-    data = ev.EvalData(split=split, limit=limit, regimes=("zoom", "canvas"))
-    return ev.sweep([ckpt], sizes, data=data)
+
+def sweep_checkpoint(ckpt: Path, split: str, sizes: list[str], limit: int | None, methods: list[str] | None = None,
+                     regimes: tuple[str, ...] = ("zoom", "canvas"), **control: str) -> list[dict]:  # fmt: skip
+    """Every method (or ``methods``) of the checkpoint's scheme at every size under ``regimes``, on ``split`` (its
+    first ``limit`` images; None: all), with a ``control`` of CONTROLS."""
+    from vitpos import evaluate as ev
+    from vitpos.checkpoint import config_from_checkpoint, load_checkpoint
+    from vitpos.regime import Canvas
+
+    shift = 0
+    if control.pop("shift", None) == "half-patch":
+        shift = config_from_checkpoint(load_checkpoint(ckpt)).model.patch_size // 2
+    data = ev.EvalData(split=split, limit=limit, regimes=regimes, canvas=Canvas(shift=shift), **control)
+    return ev.sweep([ckpt], sizes, methods=methods, data=data)
 
 
 def choose_methods(records: list[dict], train_size: int) -> dict[str, dict]:
@@ -83,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=str(ROOT / "docs" / "study.json"))
     p.add_argument("--jobs", type=int, default=1, help="trainings at once, each with cores / jobs threads")
     p.add_argument("--no-train", action="store_true", help="sweep only the runs already trained")
+    p.add_argument("--controls", action=argparse.BooleanOptionalAction, default=True,
+                   help="sweep the canvas controls (scene pooling, log-n scaling, off the patch grid)")  # fmt: skip
     args = p.parse_args(argv)
     threads = cores_per_job(p, args.jobs)
     run_specs(p, args.runs)
@@ -135,6 +152,24 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             stamp = provenance() | {"ckpt_sha256": sha, "train_commit": run.get("commit")}
             fresh = sweep_checkpoint(ckpt, split, args.sizes, limit)
+            records[:] = [r for r in records if not (r["checkpoint"] == str(ckpt) and r.get("sweep") == sweep)]
+            records += [r | stamp | {"sweep": sweep, "seed": run["seed"], "run": run["run"]} for r in fresh]
+            save()
+
+    # 5. the canvas controls, above the training size, with each scheme's chosen method
+    above = [s for s in args.sizes if int(s) > cfg.model.img_size]
+    for run in runs.values() if args.controls and above else ():
+        ckpt = ROOT / run["run"] / "checkpoints" / "last.ckpt"
+        method = choices.get(run["spec"], {}).get("method")
+        if not ckpt.is_file() or method is None:
+            continue
+        sha = fingerprint(ckpt)
+        for name, control in CONTROLS.items():
+            sweep = {"split": "test", "sizes": above, "limit": None, "control": name, "method": method}
+            if any(r.get("ckpt_sha256") == sha and r.get("sweep") == sweep for r in records):
+                continue
+            stamp = provenance() | {"ckpt_sha256": sha, "train_commit": run.get("commit"), "control": name}
+            fresh = sweep_checkpoint(ckpt, "test", above, None, [method], ("canvas",), **control)
             records[:] = [r for r in records if not (r["checkpoint"] == str(ckpt) and r.get("sweep") == sweep)]
             records += [r | stamp | {"sweep": sweep, "seed": run["seed"], "run": run["run"]} for r in fresh]
             save()

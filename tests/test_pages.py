@@ -106,3 +106,17 @@ def test_protocol_page_states_the_rule_and_the_methods_chosen_on_validation():
     assert page.count("| lr x") == len(
         [t for t in proto["rule"]["comparisons"] if t["rule"] == proto["rule"]["chosen"]]
     )
+
+
+def test_controls_table_gives_each_controls_paired_difference_from_the_canvas_cell():
+    data = study_json()
+    base = TOP1[("rope2d", "interpolate", "canvas", 64)]
+    data["records"] += [{"scheme": "rope2d", "stem": "patch", "method": "interpolate", "regime": "canvas",
+                         "resolution": 64, "split": "test", "seed": k, "top1": v + 0.1, "control": "scene",
+                         "pool": "scene", "logit_scaling": "none"} for k, v in zip(SEEDS, base, strict=True)]  # fmt: skip
+    s = summary.Study(data)
+    assert list(s.values("rope2d:patch", ("canvas", 2.0)).values()) == base  # controls never reach the cells
+    text = summary.controls(s)
+    row = next(ln for ln in text.splitlines() if ln.startswith("| `rope2d`"))
+    assert "+10.0 [+10.0, +10.0] *" in row and row.endswith("| — | — |")
+    assert summary.controls(summary.Study(study_json())) == "No control is measured yet."

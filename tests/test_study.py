@@ -87,8 +87,8 @@ def test_study_sweeps_each_checkpoint_once_and_chooses_before_test(tmp_path, mon
 
     calls = []
 
-    def sweep(ckpt, split, sizes, limit):
-        calls.append(split)
+    def sweep(ckpt, split, sizes, limit, methods=None, regimes=("zoom", "canvas"), **control):
+        calls.append(split if not control else f"control {methods[0]} {sorted(control.items())}")
         if split == "test":  # by now the choice must be on disk
             assert json.loads(out.read_text())["choices"]["rope2d:patch"]["method"] == "interpolate"
         return [record("rope2d", m, 64, v, split=split) | {"checkpoint": str(ckpt)}
@@ -97,7 +97,20 @@ def test_study_sweeps_each_checkpoint_once_and_chooses_before_test(tmp_path, mon
     monkeypatch.setattr(study, "train_run", train_run)
     monkeypatch.setattr(study, "sweep_checkpoint", sweep)
     out = tmp_path / "study.json"
-    argv = ["--runs", "rope2d:patch", "--seeds", "0", "--out", "runs", "--json", str(out), "--sizes", "32", "64"]
+    argv = [
+        "--runs",
+        "rope2d:patch",
+        "--seeds",
+        "0",
+        "--out",
+        "runs",
+        "--json",
+        str(out),
+        "--sizes",
+        "32",
+        "64",
+        "--no-controls",
+    ]
     assert study.main(argv) == 0
     assert calls == ["val", "test"]
     data = json.loads(out.read_text())
@@ -107,3 +120,34 @@ def test_study_sweeps_each_checkpoint_once_and_chooses_before_test(tmp_path, mon
     (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"retrained")
     assert study.main(argv) == 0 and calls == ["val", "test", "val", "test"]
     assert len(json.loads(out.read_text())["records"]) == 4  # the old checkpoint's records replaced, not kept
+
+
+def test_study_sweeps_the_canvas_controls_with_the_chosen_method_above_the_training_size(tmp_path, monkeypatch):
+    from benchmarks import common
+
+    monkeypatch.setattr(study, "ROOT", tmp_path)
+    monkeypatch.setattr(common, "ROOT", tmp_path)
+    run_dir = tmp_path / "runs" / "rope2d-patch-seed0"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    monkeypatch.setattr(study, "train_run", lambda rd, flags, retrain=False: {"run": str(rd.relative_to(tmp_path))})
+    seen = []
+
+    def sweep(ckpt, split, sizes, limit, methods=None, regimes=("zoom", "canvas"), **control):
+        seen.append((split, tuple(sizes), methods, regimes, tuple(sorted(control.items()))))
+        return [
+            record("rope2d", m, 64, v, split=split) | {"checkpoint": str(ckpt)}
+            for m, v in (("extrapolate", 0.4), ("interpolate", 0.6))
+            if methods is None or m in methods
+        ]
+
+    monkeypatch.setattr(study, "sweep_checkpoint", sweep)
+    out = tmp_path / "study.json"
+    argv = ["--runs", "rope2d:patch", "--seeds", "0", "--out", "runs", "--json", str(out), "--sizes", "32", "64"]
+    assert study.main(argv) == 0
+    controls = seen[2:]
+    assert [c[4] for c in controls] == [(("pool", "scene"),), (("logit_scaling", "logn"),), (("shift", "half-patch"),)]
+    assert all(c[:4] == ("test", ("64",), ["interpolate"], ("canvas",)) for c in controls)
+    data = json.loads(out.read_text())
+    assert {r.get("control") for r in data["records"]} == {None, "scene", "logn", "offgrid"}
+    assert study.main(argv) == 0 and len(seen) == 5  # nothing swept twice

@@ -35,8 +35,13 @@ class Study:
         self.choices = data.get("choices", {})
         self.cells: dict[tuple[str, str, float], dict[int, float]] = defaultdict(dict)
         self.methods: dict[tuple[str, str, str, int], dict[int, float]] = defaultdict(dict)  # every method, for plots
+        self.controls: dict[tuple[str, str, float], dict[int, float]] = defaultdict(dict)
         for r in data.get("records", []):
-            if r["split"] != "test" or r.get("pool", "all") != "all" or r.get("logit_scaling", "none") != "none":
+            if r["split"] != "test":
+                continue
+            if r.get("control"):
+                spec = f"{r['scheme']}:{r['stem']}"
+                self.controls[(spec, r["control"], r["resolution"] / self.train)][r["seed"]] = r["top1"]
                 continue
             spec = f"{r['scheme']}:{r['stem']}"
             factor = r["resolution"] / self.train if isinstance(r["resolution"], int) else None
@@ -100,6 +105,35 @@ def guide(study: Study) -> list[str]:
                 f"{label(runner)} (paired over {d.n_a} seeds, Holm p = {d.p_holm:.3g})."
             )
     return lines[:8]
+
+
+CONTROL_NAMES = {"scene": "pool the scene only", "logn": "log-n logits", "offgrid": "off the patch grid"}
+
+
+def controls(study: Study, factor: float = 2.0) -> str:
+    """Per scheme at canvas ``factor``: the chosen method as measured, and each control's paired difference from it
+    (the same checkpoints evaluated twice), Holm-corrected over the table."""
+    rows, diffs, where = [], [], []
+    for spec in study.specs:
+        base = study.values(spec, ("canvas", factor))
+        row = [label(spec), cell(list(base.values()))]
+        for name in CONTROL_NAMES:
+            got = study.controls.get((spec, name, factor), {})
+            shared = sorted(set(base) & set(got))
+            if len(shared) >= 2:
+                diffs.append(paired([got[k] for k in shared], [base[k] for k in shared]))
+                where.append((len(rows), len(row)))
+                row.append("")
+            else:
+                row.append(f"{signed(got[shared[0]] - base[shared[0]])}¹" if shared else "—")
+        rows.append(row)
+    for (i, j), d in zip(where, holm(diffs), strict=True):
+        mark = "" if d.verdict == "not separated" else " *"
+        rows[i][j] = f"{signed(d.diff)} [{signed(d.low)}, {signed(d.high)}]{mark}"
+    if not any(c not in ("—", "") for r in rows for c in r[2:]):
+        return "No control is measured yet."
+    heads = ["scheme", f"canvas {factor:g}x", *(f"{n} (points)" for n in CONTROL_NAMES.values())]
+    return table(heads, rows)
 
 
 def plot(study: Study, png: Path) -> None:
@@ -175,6 +209,7 @@ def render(data: dict, folder: Path) -> tuple[str, str]:
         missing=("Columns not swept yet: " + ", ".join(missing) + ".") if missing else "Every column is swept.",
         table=study.table(COLUMNS),
         guide="\n".join(guide(study)) or "- Nothing is measured on test yet.",
+        controls=controls(study),
         machines="\n".join(f"- {m}" for m in machines(data.get("runs", []), data.get("records", []))) or "- none",
     )
     note = (
