@@ -659,10 +659,9 @@ def test_finetune_study_keeps_an_earlier_defaults_runs_apart_until_the_schemes_c
     assert sorted(r["scheme"] for r in d["records"]) == ["learned", "learned", "rope2d", "rope2d"]
     blocks = render.finetune_section(d, read_json(tmp_path))
     tables = [b for b in blocks if isinstance(b, list) and b and b[0].startswith("| scheme")]
-    assert len(tables) == 2 and "`rope2d`" in tables[0][2] and len(tables[0]) == 3  # one row each
-    assert tables[1][2] == "| `learned` | 50.0 (1) | 60.0 (1) | 20.0 (1) | 40.0 (1) | 20.0 (1) | 30.0 (1) |"
+    assert len(tables) == 1 and "`rope2d`" in tables[0][2] and len(tables[0]) == 3  # the current default's only
     said = "\n".join(b for b in blocks if isinstance(b, str))
-    assert "keep those of an earlier default" in said and "The default rule differs" in said
+    assert "fine-tuning runs of an earlier default are not shown" in said and "`learned`" not in said
 
     (tmp_path / learned["run"] / "checkpoints").mkdir(parents=True)  # its current run, here now
     (tmp_path / learned["run"] / "checkpoints" / "last.ckpt").write_bytes(b"weights")
