@@ -113,7 +113,8 @@ def test_controls_table_gives_each_controls_paired_difference_from_the_canvas_ce
     base = TOP1[("rope2d", "interpolate", "canvas", 64)]
     data["records"] += [{"scheme": "rope2d", "stem": "patch", "method": "interpolate", "regime": "canvas",
                          "resolution": 64, "split": "test", "seed": k, "top1": v + 0.1, "control": "scene",
-                         "pool": "scene", "logit_scaling": "none"} for k, v in zip(SEEDS, base, strict=True)]  # fmt: skip
+                         "pool": "scene", "logit_scaling": "none"}
+                        for k, v in zip(SEEDS, base, strict=True)]  # fmt: skip
     s = summary.Study(data)
     assert list(s.values("rope2d:patch", ("canvas", 2.0)).values()) == base  # controls never reach the cells
     text = summary.controls(s)
