@@ -129,7 +129,7 @@ def test_format2_class_token_bias_checkpoint_computes_what_it_did(tmp_path, pos)
     assert cfg2.optim.pos_lr_scale == 1.0
     with torch.no_grad():
         torch.testing.assert_close(new(x), model(x), rtol=0, atol=0)
-    assert load_checkpoint(path)["vitpos_format"] == FORMAT == 5
+    assert load_checkpoint(path)["vitpos_format"] == FORMAT == 6
 
 
 def test_format3_position_rule_keeps_its_meaning(tmp_path):

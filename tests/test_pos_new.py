@@ -1,12 +1,11 @@
-"""Properties of alibi2d, lookhere, rope2d-norm and liere (the registry-wide tests cover the rest).
+"""Properties of alibi2d, lookhere and liere (the registry-wide tests cover the rest; rope2d-norm, a preset of rope2d
+on normalised coordinates, is tested with the coordinate seam in test_coordinates.py).
 
 What each scheme claims, and the test that checks it:
 
 * alibi2d: bias = -2^(-8h/H) * Euclidean distance; it depends on the offset alone (and only its length);
 * lookhere: each head sees exactly its field of view (checked against angles), penalised by distance;
   the bias depends on the offset alone and, unlike alibi2d's, tells left from right;
-* rope2d-norm: DINOv3's normalised coordinates and periods; augmentation only in training; in evaluation
-  the logit depends only on the coordinate offset; angles in fp32 under bf16;
 * liere: R(p) = exp(y G_y + x G_x) is orthogonal; R(p)^T R(q) = R(q - p) (relative) exactly when the
   generators commute: always for block size 2 (where it is RoPE-Mixed), along a line through the
   origin for any block size, and not in general for dense blocks.
@@ -35,8 +34,6 @@ FP32 = dict(rtol=1e-5, atol=1e-5)  # fp32 rotations and logits of unit-scale vec
 LOGIT = dict(rtol=1e-4, atol=1e-4)  # logits of random q, k after two fp32 rotations each
 DET = dict(rtol=1e-4, atol=1e-4)  # determinant of an fp32 8x8 rotation (a product of 8 rounded factors)
 VISIBLY = 1e-2  # a property that fails, fails by at least this much
-SLACK = 1e-6  # fp32 rounding at the ends of a range a drawn scale must stay in
-JITTER_SLACK = 1e-5  # the same for scales and shifts recovered from fp32 coordinates
 ANGLE_SLACK = 1e-9  # fp64 rounding of an angle at the edge of a field of view (degrees)
 EXP = dict(rtol=1e-10, atol=1e-10)  # fp64 matrix exponential against torch.linalg.matrix_exp
 EXP_GRAD = dict(rtol=1e-9, atol=1e-9)  # its fp64 gradient against autograd through matrix_exp
@@ -194,151 +191,6 @@ def test_bias_schemes_keep_a_fixed_bias_out_of_the_learned_path(tiny):
     for name in ("alibi2d", "lookhere", "alibi2d+peg"):
         m = tiny(name).train()
         assert all(not a.bias.requires_grad for a in m.pos.attn_pos(TRAIN))
-
-
-# ---------------------------------------------------------------------------------------------
-# rope2d-norm
-# ---------------------------------------------------------------------------------------------
-
-
-def norm_coords_by_hand(grid, lengths):
-    """DINOv3's construction: arange(0.5, n) / D, then 2c - 1, per axis; (N, 2) as (y, x)."""
-    cy = (torch.arange(0.5, grid[0]) / lengths[0]) * 2 - 1
-    cx = (torch.arange(0.5, grid[1]) / lengths[1]) * 2 - 1
-    return torch.stack(torch.meshgrid(cy, cx, indexing="ij"), -1).reshape(-1, 2)
-
-
-@pytest.mark.parametrize("normalize", ["separate", "min", "max"])
-@pytest.mark.parametrize("grid", [TRAIN, (4, 10), (12, 6)], ids=str)
-def test_rope2d_norm_coordinates_and_angles_follow_dinov3(tiny, normalize, grid):
-    m = tiny("rope2d-norm", embed_dim=64, pos_kwargs={"normalize": normalize}).eval()  # head dim 16
-    lengths = {"separate": grid, "min": (min(grid),) * 2, "max": (max(grid),) * 2}[normalize]
-    c = norm_coords_by_hand(grid, lengths)
-    torch.testing.assert_close(m.pos.coords(grid), c, **FP32)
-    if normalize == "separate":  # patch centres fill [-1, 1] symmetrically on both axes
-        assert c.min(0).values.tolist() == pytest.approx([-1 + 1 / grid[0], -1 + 1 / grid[1]])
-        assert c.max(0).values.tolist() == pytest.approx([1 - 1 / grid[0], 1 - 1 / grid[1]])
-    periods = 100.0 ** (2 * torch.arange(4) / 8)  # DINOv3: base^(2k / (D_head/2)), D_head/4 periods
-    angles = 2 * math.pi * c[:, :, None] / periods  # (N, 2, d/4): row pairs first, then column pairs
-    rot = m.pos.attn_pos(grid)[0].rope
-    assert rot.dtype == torch.float32 and rot.shape == (grid[0] * grid[1], 8, 2)
-    torch.testing.assert_close(rot[..., 0], angles.flatten(1).cos(), **FP32)
-    torch.testing.assert_close(rot[..., 1], angles.flatten(1).sin(), **FP32)
-
-
-def test_rope2d_norm_extrapolate_keeps_the_training_spacing(tiny):
-    m = tiny("rope2d-norm").eval()
-    big = (16, 12)
-    m.pos.method = "extrapolate"
-    c = m.pos.coords(big)
-    torch.testing.assert_close(c, norm_coords_by_hand(big, TRAIN), **FP32)
-    step_y, step_x = c[big[1], 0] - c[0, 0], c[1, 1] - c[0, 1]
-    assert float(step_y) == pytest.approx(2 / TRAIN[0]) and float(step_x) == pytest.approx(2 / TRAIN[1])
-    assert float(c.max()) > 1.0  # a larger grid reaches beyond the trained [-1, 1]
-    torch.testing.assert_close(c[: TRAIN[1]], m.pos.coords(TRAIN)[: TRAIN[1]], **EXACT)  # first row as trained
-    m.pos.method = "normalized"
-    c = m.pos.coords(big)
-    assert float(c[1, 1] - c[0, 1]) == pytest.approx(2 / big[1])  # implicit interpolation: squeezed
-    assert float(c.abs().max()) < 1.0
-
-
-def test_rope2d_norm_augments_only_in_training_with_dinov3_ranges(tiny, builds):
-    m = tiny("rope2d-norm")  # released defaults: rescale 2, shift and jitter off
-    assert (m.pos.shift, m.pos.jitter, m.pos.rescale) == (None, None, 2.0)
-    base = m.pos.eval().coords(TRAIN)
-    m.pos.train()
-    ratios = torch.stack([m.pos.coords(TRAIN) / base for _ in range(200)])  # (draws, N, 2)
-    per_draw = ratios[:, 0, 0]
-    torch.testing.assert_close(ratios, per_draw[:, None, None].expand_as(ratios), **FP32)  # one shared scale
-    assert per_draw.min() >= 0.5 - SLACK and per_draw.max() <= 2.0 + SLACK
-    assert per_draw.min() < 0.6 and per_draw.max() > 1.7  # log-uniform over the whole range
-    assert (per_draw.log().mean()).abs() < 0.15  # symmetric in log space
-    # evaluation: deterministic and cached
-    m.eval()
-    with torch.no_grad():
-        x = torch.randn(2, 3, 32, 32)
-        torch.testing.assert_close(m(x), m(x), **EXACT)
-        misses = builds()
-        m(x)
-    assert builds() == misses
-    # training: a fresh draw every forward, never from the cache, reproducible from the seed
-    m.train()
-    torch.manual_seed(3)
-    a = m.pos.attn_pos(TRAIN)[0].rope
-    b = m.pos.attn_pos(TRAIN)[0].rope
-    torch.manual_seed(3)
-    assert not torch.equal(a, b) and torch.equal(m.pos.attn_pos(TRAIN)[0].rope, a)
-
-
-def test_rope2d_norm_shift_and_jitter(tiny):
-    m = tiny("rope2d-norm", pos_kwargs={"shift": 0.5, "jitter": 1.5, "rescale": None})
-    base = m.pos.eval().coords(TRAIN)
-    m.pos.train()
-    shifts, scales = [], []
-    for _ in range(200):
-        c = m.pos.coords(TRAIN)
-        # c = (base + u) * s per axis: s from the spread, u from the mean (base is centred)
-        s = (c.max(0).values - c.min(0).values) / (base.max(0).values - base.min(0).values)
-        scales.append(s)
-        shifts.append(c.mean(0) / s - base.mean(0))
-        torch.testing.assert_close(c, (base + shifts[-1]) * s, **FP32)
-    scales, shifts = torch.stack(scales), torch.stack(shifts)
-    assert scales.min() >= 1 / 1.5 - JITTER_SLACK and scales.max() <= 1.5 + JITTER_SLACK
-    assert (scales[:, 0] != scales[:, 1]).all()  # jitter: one scale per axis
-    assert shifts.abs().max() <= 0.5 + JITTER_SLACK and shifts.abs().max() > 0.4
-    m.pos.shift = m.pos.jitter = None
-    torch.testing.assert_close(m.pos.coords(TRAIN), base, **EXACT)  # nothing on: training is evaluation
-    with pytest.raises(ValueError, match="rescale"):
-        tiny("rope2d-norm", pos_kwargs={"rescale": 0.5})
-    with pytest.raises(ValueError, match="normalize"):
-        tiny("rope2d-norm", pos_kwargs={"normalize": "area"})
-
-
-def shifted_logits(rope_small, rope_big, small, big, shift, n=256, heads=None):
-    """Logits of random (q, k) at positions (p, r) of ``small`` and at (p + shift, r + shift) of ``big``."""
-    d = 2 * rope_small.shape[-2]
-    q, k = torch.randn(n, d), torch.randn(n, d)
-    y1, y2 = torch.randint(0, small[0], (2, n))
-    x1, x2 = torch.randint(0, small[1], (2, n))
-    i, j = y1 * small[1] + x1, y2 * small[1] + x2
-    bi, bj = (y1 + shift[0]) * big[1] + x1 + shift[1], (y2 + shift[0]) * big[1] + x2 + shift[1]
-    here = (rotate(q, rope_small[i]) * rotate(k, rope_small[j])).sum(-1)
-    there = (rotate(q, rope_big[bi]) * rotate(k, rope_big[bj])).sum(-1)
-    return here, there, (q * k).sum(-1)
-
-
-@pytest.mark.parametrize("method", POS_REGISTRY["rope2d-norm"].methods)
-def test_rope2d_norm_is_relative_in_evaluation(tiny, method):
-    m = tiny("rope2d-norm", embed_dim=64).eval()
-    m.pos.method = method
-    grid = (12, 12) if method == "normalized" else (13, 15)
-    rope = m.pos.attn_pos(grid)[0].rope
-    small = TRAIN
-    # normalized: within one grid, shifting both tokens; extrapolate: into a larger grid, spacing kept
-    ref = m.pos.attn_pos(small)[0].rope if method == "extrapolate" else rope[
-        (torch.arange(8)[:, None] * 12 + torch.arange(8)[None, :]).flatten()]  # fmt: skip
-    here, there, plain = shifted_logits(ref, rope, small, grid, (3, 4))
-    torch.testing.assert_close(there, here, **LOGIT)
-    assert (here - plain).abs().max() > VISIBLY  # the rotation does something
-
-
-def test_rope2d_norm_angles_stay_fp32_under_bf16_autocast(tiny):
-    m = tiny("rope2d-norm", pos_kwargs={"base": 10000.0}).eval()
-    grid = (40, 40)
-    m.pos.method = "extrapolate"  # coordinates up to 9, where bf16 (8 bits of mantissa) is off by 1/32
-    ref = m.pos.attn_pos(grid)[0].rope
-    m.pos._cache.clear()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        rope = m.pos.attn_pos(grid)[0].rope
-        out = m(torch.randn(1, 3, 160, 160))
-    assert out.dtype == torch.bfloat16 and rope.dtype == torch.float32
-    torch.testing.assert_close(rope, ref, **EXACT)
-    m.pos.train()
-    torch.manual_seed(0)
-    ref = m.pos.attn_pos(grid)[0].rope
-    torch.manual_seed(0)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        torch.testing.assert_close(m.pos.attn_pos(grid)[0].rope, ref, **EXACT)  # augmented, too
 
 
 # ---------------------------------------------------------------------------------------------
@@ -522,7 +374,7 @@ def test_compositions_of_the_new_schemes(tiny):
 
 @pytest.mark.parametrize(
     "kwarg",
-    ["fov=30", "block_size=3", "rescale=0.5", "bogus=1", "theta=-1", "theta=1", "base=0.5"],
+    ["fov=30", "block_size=3", "coords=area", "bogus=1", "theta=-1", "theta=1", "theta=0.5"],
     ids=["lookhere", "liere", "rope2d-norm", "alibi2d", "rope2d", "rope2d-mixed", "rope2d-norm-base"],
 )
 def test_a_bad_scheme_option_is_one_line_and_exit_2(kwarg, request, tmp_path, capsys):
@@ -542,7 +394,7 @@ def test_an_unknown_scheme_option_names_the_options_the_scheme_takes(tmp_path, c
     assert main(["--pos", "rope2d", "--pos-kwarg", "foo=1", "--out", str(tmp_path / "run")]) == 2
     assert capsys.readouterr().err.strip() == (
         "train.py: error: --pos rope2d with --pos-kwarg {'foo': 1}: rope2d has no option foo; "
-        "its options: theta, yarn_alpha, yarn_beta, yarn_temperature"
+        "its options: theta, coords, order, yarn_alpha, yarn_beta, yarn_temperature"
     )
     with pytest.raises(ValueError, match="^learned has no option theta; its options: init_std$"):
         build_pos("rope2d+learned", dim=32, num_heads=2, depth=1, grid=(4, 4), learned={"theta": 10.0})

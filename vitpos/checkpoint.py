@@ -34,7 +34,9 @@ from .optim import param_groups
 # 4: optim.pos_decay_to and optim.pos_lr_warmup_epochs exist (absent before: zero, AdamW's decay, and 0).
 # 5: `relbias` tables start from a distance penalty unless told otherwise (its ``locality`` defaults to 1; before: 0,
 #    noise alone), and the ramp defaults to 5 epochs (format 4 configs already name it).
-FORMAT = 5
+# 6: `rope2d-norm` is a preset of `rope2d`: its options base and normalize are rope2d's theta and coords, and its
+#    augmentation (shift, jitter, rescale) is model.pos_aug, shared by every scheme.
+FORMAT = 6
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -66,19 +68,21 @@ def upgrade_checkpoint(ckpt: dict[str, Any], path: str | Path = "checkpoint") ->
     fmt = int(ckpt.get("vitpos_format", 1))
     if fmt > FORMAT:
         raise ConfigError(f"{path} was written by a newer vitpos (checkpoint format {fmt}, this one reads <= {FORMAT})")
-    if fmt < FORMAT:
+    cfg = ckpt["hyper_parameters"]["config"]
+    if fmt < 6:  # first: the reference model below is built from today's option names
+        rope2d_norm_as_preset(cfg)
+    if fmt < 3:
         # A freshly built model of the saved config gives the current parameter names, shapes and optimizer layout.
         reference = model_from_config(config_from_checkpoint(ckpt))
         if fmt < 2:
             interleave_rope_pairs(ckpt["state_dict"], ckpt.get("optimizer_states", []), reference)
-        if fmt < 3:
-            add_format3_fields(ckpt["state_dict"], ckpt["hyper_parameters"]["config"], reference)
-        if fmt < 4:  # the position decay, where a run had one, pulled towards zero; the scale had no ramp
-            optim = ckpt["hyper_parameters"]["config"].setdefault("optim", {})
-            optim.setdefault("pos_decay_to", "zero")
-            optim.setdefault("pos_lr_warmup_epochs", 0.0)
-        if fmt < 5:
-            name_relbias_start(ckpt["hyper_parameters"]["config"])
+        add_format3_fields(ckpt["state_dict"], cfg, reference)
+    if fmt < 4:  # the position decay, where a run had one, pulled towards zero; the scale had no ramp
+        optim = cfg.setdefault("optim", {})
+        optim.setdefault("pos_decay_to", "zero")
+        optim.setdefault("pos_lr_warmup_epochs", 0.0)
+    if fmt < 5:
+        name_relbias_start(cfg)
     ckpt["vitpos_format"] = FORMAT
     return ckpt
 
@@ -92,6 +96,24 @@ def name_relbias_start(cfg: dict[str, Any]) -> None:
         return
     kwargs = model.setdefault("pos_kwargs", {})
     (kwargs if parts == ["relbias"] else kwargs.setdefault("relbias", {})).setdefault("locality", 0.0)
+
+
+def rope2d_norm_as_preset(cfg: dict[str, Any]) -> None:
+    """Format 5 -> 6: a `rope2d-norm` config's own option names become rope2d's (base -> theta, normalize ->
+    coords) and its augmentation options one ``pos_aug`` value; with none of them named, its default (rescale 2)
+    is today's default too."""
+    model = cfg.get("model", {})
+    if model.get("pos") != "rope2d-norm":
+        return
+    kwargs = model.setdefault("pos_kwargs", {})
+    for old, new in (("base", "theta"), ("normalize", "coords")):
+        if old in kwargs:
+            kwargs[new] = kwargs.pop(old)
+    named = {k: kwargs.pop(k) for k in ("shift", "jitter", "rescale") if k in kwargs}
+    if named:
+        from .pos.base import PosAug
+
+        model["pos_aug"] = str(PosAug(**{"rescale": 2.0, **named}))
 
 
 def interleave_rope_pairs(state: dict[str, Tensor], optimizer_states: list[dict[str, Any]], reference: ViT) -> None:

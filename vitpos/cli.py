@@ -164,12 +164,17 @@ def validate(cfg: Config) -> None:
 def _check_scheme_builds(cfg: Config) -> None:
     """Build the position scheme alone (small): its own constraints and options fail here, in one line."""
     from .pos import build_pos
+    from .pos.base import parse_pos_aug
 
     m = cfg.model
     try:
+        aug = parse_pos_aug(m.pos_aug)
+    except ValueError as e:
+        raise ConfigError(f"--pos-aug {m.pos_aug}: {e}") from None
+    try:
         grid = (m.img_size // m.patch_size,) * 2
         build_pos(m.pos, dim=m.embed_dim, num_heads=m.num_heads, depth=m.depth, grid=grid,
-                  num_prefix_tokens=int(m.class_token), **m.pos_kwargs)  # fmt: skip
+                  num_prefix_tokens=int(m.class_token), pos_aug=aug, **m.pos_kwargs)  # fmt: skip
     except (ValueError, TypeError) as e:
         kwargs = f" with --pos-kwarg {m.pos_kwargs}" if m.pos_kwargs else ""
         raise ConfigError(f"--pos {m.pos}{kwargs}: {str(e).splitlines()[0]}") from None

@@ -113,6 +113,9 @@ class ModelConfig:
     # scheme-specific, e.g. {"theta": 100}; on the command line one --pos-kwarg KEY=VALUE each
     pos_kwargs: dict[str, Any] = opt(factory=dict, help="scheme option KEY=VALUE, e.g. theta=100 (repeatable)",
                                      flag="pos-kwarg")  # fmt: skip
+    # training-only augmentation of the patch coordinates (vitpos.pos.base.PosAug); evaluation is deterministic
+    pos_aug: str = opt("default", "position augmentation in training: shift=S,jitter=J,rescale=R,fuzzy[=F] (any of "
+                       "them), off, or default (the scheme's own: rescale=2 for rope2d-norm, else off)")  # fmt: skip
     # options pretrained families need (vitpos.interop)
     fc_norm: bool = opt(False, "LayerNorm after pooling instead of before it (BEiT, DeiT-III with avg pool)")
     qkv_bias: str = opt(

@@ -12,7 +12,7 @@ from timm.layers import DropPath, LayerScale, Mlp, trunc_normal_
 from torch import Tensor, nn
 
 from .attention import attention
-from .pos import POS_REGISTRY, AttnPos, build_pos
+from .pos import POS_REGISTRY, AttnPos, PosAug, build_pos
 from .pos.base import turn_qk
 from .resolution import to_hw
 from .stems import STEMS, build_stem
@@ -124,6 +124,7 @@ class ViT(nn.Module):
         drop_path_rate: float = 0.0,
         layer_scale_init: float | None = None,
         pos_kwargs: dict | None = None,
+        pos_aug: PosAug | str | None = None,
         fc_norm: bool = False,
         qkv_bias: str = "qkv",
         norm_eps: float = 1e-5,
@@ -152,6 +153,7 @@ class ViT(nn.Module):
             depth=depth,
             grid=self.grid,
             num_prefix_tokens=self.num_prefix_tokens,
+            pos_aug=pos_aug,
             **(pos_kwargs or {}),
         )
         dpr = torch.linspace(0, drop_path_rate, depth).tolist()
@@ -253,6 +255,7 @@ def model_from_config(cfg: Config) -> ViT:
         drop_path_rate=m.drop_path_rate,
         layer_scale_init=m.layer_scale_init,
         pos_kwargs=m.pos_kwargs,
+        pos_aug=m.pos_aug,
         fc_norm=m.fc_norm,
         qkv_bias=m.qkv_bias,
         norm_eps=m.norm_eps,

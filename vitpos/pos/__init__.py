@@ -7,7 +7,7 @@ A name "a+b" is a composition of registered schemes (see compose.py): its entry 
 from __future__ import annotations
 
 from .alibi2d import Alibi2dPos
-from .base import AttnPos, Grid, PosScheme
+from .base import AttnPos, Grid, PosAug, PosScheme
 from .compose import ComposedPos
 from .cpb import CpbPos
 from .learned import LearnedPos
@@ -16,9 +16,8 @@ from .lookhere import LookHerePos
 from .none import NoPos
 from .peg import PegPos
 from .relbias import RelBiasPos
-from .rope2d import Rope2dPos
+from .rope2d import Rope2dNormPos, Rope2dPos
 from .rope2d_mixed import Rope2dMixedPos
-from .rope2d_norm import Rope2dNormPos
 from .sincos2d import SinCos2dPos
 
 _SINGLE: dict[str, type[PosScheme]] = {
@@ -55,4 +54,4 @@ def build_pos(name: str, **kwargs) -> PosScheme:
     return cls(**kwargs)
 
 
-__all__ = ["POS_REGISTRY", "POS_SCHEMES", "AttnPos", "ComposedPos", "Grid", "PosScheme", "build_pos"]
+__all__ = ["POS_REGISTRY", "POS_SCHEMES", "AttnPos", "ComposedPos", "Grid", "PosAug", "PosScheme", "build_pos"]

@@ -14,6 +14,8 @@ Methods for a grid (h, w) other than the training one (H, W):
 * ``extrapolate``: distances as they are, so a head keeps its trained reach in patches;
 * ``scaled``: offsets scaled by the training grid over the new one per axis, (dy * H/h, dx * W/w),
   before the distance is taken, so the whole image spans the distances seen in training.
+
+Offsets are taken between the patch coordinates the seam gives (integer positions; augmented in training).
 """
 
 from __future__ import annotations
@@ -22,8 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .base import AttnPos, Grid, PosScheme
-from .relbias import relative_offsets
+from .base import AttnPos, Grid, PosScheme, coord_offsets
 
 
 def alibi_slopes(num_heads: int) -> Tensor:
@@ -31,10 +32,11 @@ def alibi_slopes(num_heads: int) -> Tensor:
     return torch.exp2(-8.0 * torch.arange(1, num_heads + 1, dtype=torch.float64) / num_heads)
 
 
-def scaled_offsets(grid: Grid, train_grid: Grid, scaled: bool, device=None) -> tuple[Tensor, Tensor]:
-    """(N, N) row and column offsets (key minus query) in patch units, fp64; scaled onto the trained extent."""
-    dy, dx = relative_offsets(grid, device)
-    dy, dx = -dy.double(), -dx.double()  # relative_offsets is query minus key
+def scaled_offsets(scheme: PosScheme, grid: Grid, scaled: bool, device=None) -> tuple[Tensor, Tensor]:
+    """(N, N) row and column offsets (key minus query) between the scheme's coordinates of ``grid`` in patch units,
+    fp64; scaled onto the trained extent."""
+    dy, dx = coord_offsets(scheme.coords(grid, device, dtype=torch.float64))
+    train_grid = scheme.train_grid
     if scaled:
         dy, dx = dy * (train_grid[0] / grid[0]), dx * (train_grid[1] / grid[1])
     return dy, dx
@@ -50,10 +52,11 @@ class Alibi2dPos(PosScheme):
     """-m_h * Euclidean distance added to every block's logits; no parameters."""
 
     methods = ("extrapolate", "scaled")
+    frame = "grid"
 
     def bias(self, grid: Grid, device=None) -> Tensor:
         """(heads, P+N, P+N) fp32 bias for ``grid`` under the current method."""
-        dy, dx = scaled_offsets(grid, self.train_grid, self.method == "scaled", device)
+        dy, dx = scaled_offsets(self, grid, self.method == "scaled", device)
         dist = (dy * dy + dx * dx).sqrt()  # (N, N); not hypot, which ONNX has no kernel for
         bias = -alibi_slopes(self.num_heads).to(dist.device)[:, None, None] * dist  # (heads, N, N)
         return pad_prefix(bias.float(), self.num_prefix_tokens)

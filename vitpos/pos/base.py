@@ -9,12 +9,19 @@ A scheme can act at two hooks (see the README's table):
 
 Every default means "no position". Each scheme also owns how it serves a grid it was not
 trained on: ``methods`` names the ways, ``method`` selects one (the evaluator sweeps them).
+
+Patch coordinates come from one place, :meth:`PosScheme.coords`: integer grid positions (``frame`` "grid"),
+or patch centres normalised onto [-1, 1] (DINOv3's frames "separate", "min", "max") where a scheme is built
+that way. Position augmentation (:class:`PosAug`: DINOv3's shift, jitter and rescale, ViTAR's fuzzy offsets)
+acts there, in training mode only; evaluation is deterministic. A scheme that reads no coordinates (a table of
+integer offsets, a convolution, nothing) has ``frame`` None and refuses augmentation.
 """
 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor, nn
@@ -44,7 +51,137 @@ class AttnPos:
 
 
 NO_POS = AttnPos()
-COMMON_ARGS = ("dim", "num_heads", "depth", "grid", "num_prefix_tokens")  # every scheme's constructor takes these
+# every scheme's constructor takes these
+COMMON_ARGS = ("dim", "num_heads", "depth", "grid", "num_prefix_tokens", "pos_aug")
+
+# -- coordinates ---------------------------------------------------------------------------------------
+FRAMES = ("grid", "separate", "min", "max")
+FUZZY = 0.5  # ViTAR's offsets: uniform in [-0.5, 0.5] patches, the default of a bare ``fuzzy``
+
+
+@dataclass(frozen=True)
+class PosAug:
+    """Position augmentation of the patch coordinates, in training mode only; each part is off when None.
+
+    DINOv3's three act on the normalised coordinates (the image spans [-1, 1] per axis), in this order:
+
+    * ``shift``: c += u, one uniform u in [-shift, shift] per axis;
+    * ``jitter``: c *= e^u, one log-uniform scale in [1/jitter, jitter] per axis;
+    * ``rescale``: c *= e^u, one log-uniform scale in [1/rescale, rescale] shared by both axes;
+
+    and ViTAR's fuzzy positional encoding after them:
+
+    * ``fuzzy``: every token's coordinate moves by its own uniform offset in [-fuzzy, fuzzy] patches per axis.
+
+    A scheme on integer grid positions sees the same transformation, mapped to patch units about the grid's centre.
+    Text form (``--pos-aug``): ``shift=0.1,jitter=1.2,rescale=2,fuzzy`` (a bare ``fuzzy`` is ``fuzzy=0.5``), ``off``.
+    """
+
+    shift: float | None = None
+    jitter: float | None = None
+    rescale: float | None = None
+    fuzzy: float | None = None
+
+    def __post_init__(self):
+        for f, least in zip(fields(self), (0.0, 1.0, 1.0, 0.0), strict=True):
+            v = getattr(self, f.name)
+            if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v >= least):
+                raise ValueError(f"position augmentation {f.name} must be a finite number >= {least:g}, got {v!r}")
+
+    @property
+    def on(self) -> bool:
+        return any(getattr(self, f.name) is not None for f in fields(self))
+
+    @classmethod
+    def parse(cls, text: str) -> PosAug:
+        """``shift=S,jitter=J,rescale=R,fuzzy[=F]`` (any subset, any order) or ``off``/``none``; else ValueError."""
+        text = text.strip()
+        if text.lower() in ("", "off", "none"):
+            return cls()
+        names = [f.name for f in fields(cls)]
+        values: dict[str, float] = {}
+        for item in text.split(","):
+            key, sep, value = (part.strip() for part in item.partition("="))
+            if key not in names:
+                raise ValueError(f"unknown position augmentation '{key}'; valid: {', '.join(names)} (or off)")
+            if key in values:
+                raise ValueError(f"position augmentation '{key}' is given twice")
+            if not sep and key == "fuzzy":
+                values[key] = FUZZY
+                continue
+            try:
+                values[key] = float(value)
+            except ValueError:
+                got = item.strip()
+                raise ValueError(f"position augmentation {key} needs a number ({key}=2), got '{got}'") from None
+        return cls(**values)
+
+    def __str__(self) -> str:
+        on = [f"{f.name}={getattr(self, f.name):g}" for f in fields(self) if getattr(self, f.name) is not None]
+        return ",".join(on) or "off"
+
+
+AUG_OFF = PosAug()
+
+
+def parse_pos_aug(value: PosAug | str | None) -> PosAug | None:
+    """A PosAug from its text form; None (the scheme's own default) for None or "default"."""
+    if value is None or isinstance(value, PosAug):
+        return value
+    if value.strip().lower() == "default":
+        return None
+    return PosAug.parse(value)
+
+
+def axis_lengths(grid: Grid, frame: str) -> tuple[int, int]:
+    """The lengths (D_y, D_x) that map the patch centres of ``grid`` onto [-1, 1] in a normalised ``frame``."""
+    h, w = grid
+    if frame == "separate":
+        return h, w
+    d = min(h, w) if frame == "min" else max(h, w)
+    return d, d
+
+
+def patch_coords(grid: Grid, frame: str = "grid", ref: Grid | None = None, device=None,
+                 dtype=torch.float32) -> Tensor:  # fmt: skip
+    """(N, 2) (y, x) coordinates of the tokens of ``grid`` in row-major order.
+
+    ``grid``: integer row and column indices. A normalised frame: patch centres divided by the lengths of
+    :func:`axis_lengths` for ``ref`` (default: ``grid`` itself) and mapped to [-1, 1], c = 2 (i + 0.5) / D - 1
+    (DINOv3): with ``ref`` the training grid a larger grid keeps the trained spacing and reaches beyond 1.
+    """
+    if frame == "grid":
+        ys, xs = torch.arange(grid[0], device=device, dtype=dtype), torch.arange(grid[1], device=device, dtype=dtype)
+    else:
+        d_y, d_x = axis_lengths(ref or grid, frame)
+        ys = 2.0 * (torch.arange(grid[0], device=device, dtype=dtype) + 0.5) / d_y - 1.0
+        xs = 2.0 * (torch.arange(grid[1], device=device, dtype=dtype) + 0.5) / d_x - 1.0
+    return torch.stack(torch.meshgrid(ys, xs, indexing="ij"), dim=-1).reshape(-1, 2)
+
+
+def _log_uniform(n: int, bound: float, device) -> Tensor:
+    return torch.empty(n, device=device).uniform_(-math.log(bound), math.log(bound)).exp()
+
+
+def augment_coords(c: Tensor, aug: PosAug, grid: Grid, frame: str, ref: Grid | None = None) -> Tensor:
+    """Coordinates ``c`` (N, 2) of ``grid`` in ``frame`` with one random draw of ``aug`` applied (see PosAug)."""
+    device = c.device
+    if frame == "grid":  # to the normalised frame about the grid's centre, and back after DINOv3's three
+        centre = c.new_tensor([(grid[0] - 1) / 2, (grid[1] - 1) / 2])
+        half = c.new_tensor([grid[0] / 2, grid[1] / 2])
+        c = (c - centre) / half
+    if aug.shift is not None:
+        c = c + torch.empty(2, device=device).uniform_(-aug.shift, aug.shift)
+    if aug.jitter is not None:
+        c = c * _log_uniform(2, aug.jitter, device)
+    if aug.rescale is not None:
+        c = c * _log_uniform(1, aug.rescale, device)
+    if frame == "grid":
+        c = c * half + centre
+    if aug.fuzzy is not None:
+        step = 1.0 if frame == "grid" else c.new_tensor([2.0 / n for n in axis_lengths(ref or grid, frame)])
+        c = c + (torch.rand(c.shape, device=device, dtype=c.dtype) * 2 - 1) * (aug.fuzzy * step)
+    return c
 
 
 class PosScheme(nn.Module):
@@ -57,13 +194,23 @@ class PosScheme(nn.Module):
     """
 
     methods: tuple[str, ...] = ("none",)  # ways to serve a new grid; the first is the default
+    frame: str | None = None  # the coordinates the scheme reads (FRAMES); None: it reads none
+    default_aug: PosAug = AUG_OFF  # the augmentation it trains with when none is given
 
-    def __init__(self, *, dim: int, num_heads: int, depth: int, grid: Grid, num_prefix_tokens: int = 0):
+    def __init__(
+        self, *, dim: int, num_heads: int, depth: int, grid: Grid, num_prefix_tokens: int = 0,
+        pos_aug: PosAug | str | None = None,
+    ):  # fmt: skip
         super().__init__()
         self.dim, self.num_heads, self.depth = dim, num_heads, depth
         self.head_dim = dim // num_heads
         self.train_grid: Grid = (int(grid[0]), int(grid[1]))
         self.num_prefix_tokens = num_prefix_tokens
+        aug = parse_pos_aug(pos_aug)
+        self.pos_aug: PosAug = self.default_aug if aug is None else aug
+        if self.pos_aug.on and type(self).frame is None:
+            raise ValueError(f"{type(self).__name__} reads no patch coordinates: position augmentation has nothing "
+                             "to act on")  # fmt: skip
         self._method = self.methods[0]
         self._cache: dict[tuple, object] = {}
 
@@ -99,6 +246,19 @@ class PosScheme(nn.Module):
         self._method = name
         self._cache.clear()
 
+    # -- coordinates ---------------------------------------------------------------------
+    @property
+    def augmenting(self) -> bool:
+        """Whether a forward now draws random coordinates (training mode with augmentation on)."""
+        return self.training and self.pos_aug.on
+
+    def coords(self, grid: Grid, device=None, *, ref: Grid | None = None, dtype=torch.float32) -> Tensor:
+        """(N, 2) (y, x) coordinates of the tokens of ``grid`` in this scheme's frame (see :func:`patch_coords`;
+        ``ref`` normalises a normalised frame), with a fresh draw of the position augmentation in training."""
+        frame = self.frame or "grid"
+        c = patch_coords(grid, frame, ref, device, dtype)
+        return augment_coords(c, self.pos_aug, grid, frame, ref) if self.augmenting else c
+
     # -- hooks ---------------------------------------------------------------------------
     def tokens(self, x: Tensor, grid: Grid) -> Tensor:
         """x: (B, N, D) patch tokens in row-major grid order -> (B, N, D)."""
@@ -133,9 +293,9 @@ class PosScheme(nn.Module):
         rebuilds it. Under torch.compile the cache is bypassed: the graph builds what it needs itself
         (a few small ops, fused by the compiler).
         """
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or self.augmenting:
             # comparing tensors is data-dependent (a graph break each), and the cache dict's contents would
-            # be guarded on (a recompile per fill).
+            # be guarded on (a recompile per fill); an augmented forward draws fresh coordinates.
             return build()
         grad_needed = torch.is_grad_enabled() and any(p.requires_grad for p in params)
         if grad_needed:
@@ -156,12 +316,14 @@ class PosScheme(nn.Module):
 
 
 def grid_coords(grid: Grid, device=None, dtype=torch.float32) -> tuple[Tensor, Tensor]:
-    """Row and column index of each token in row-major order: two (N,) tensors."""
-    h, w = grid
-    ys, xs = torch.meshgrid(
-        torch.arange(h, device=device, dtype=dtype), torch.arange(w, device=device, dtype=dtype), indexing="ij"
-    )
-    return ys.flatten(), xs.flatten()
+    """Row and column index of each token in row-major order: two (N,) tensors (:func:`patch_coords`, unaugmented)."""
+    return patch_coords(grid, "grid", device=device, dtype=dtype).unbind(-1)
+
+
+def coord_offsets(c: Tensor) -> tuple[Tensor, Tensor]:
+    """(N, N) row and column offsets, key minus query, between coordinates ``c`` (N, 2)."""
+    d = c[None, :, :] - c[:, None, :]  # (query, key, 2)
+    return d[..., 0], d[..., 1]
 
 
 def rotate(x: Tensor, rot: Tensor) -> Tensor:

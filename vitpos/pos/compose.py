@@ -8,6 +8,7 @@ per pair.
 * ``attn_pos``: merged per block: at most one part may rotate q/k, biases are summed, logit
   scales multiplied;
 * ``after_block``: chained in order;
+* position augmentation (``pos_aug``): given to the parts that read patch coordinates, each drawing its own;
 * ``no_weight_decay``: the union of the parts' sets, with their prefixes.
 
 Transfer methods are the product of the parts' methods, named by joining one method per part
@@ -27,7 +28,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from .base import COMMON_ARGS, AttnPos, Grid, PosScheme
+from .base import COMMON_ARGS, AttnPos, Grid, PosScheme, parse_pos_aug
 
 
 def product_methods(method_lists: Sequence[Sequence[str]]) -> tuple[str, ...]:
@@ -81,6 +82,10 @@ class ComposedPos(PosScheme):
         if not parts:
             raise TypeError("build a composition from its class ComposedPos.of(name, registry)")
         common = {k: kw.pop(k) for k in COMMON_ARGS if k in kw}
+        aug = parse_pos_aug(common.pop("pos_aug", None))
+        if aug is not None and aug.on and all(cls.frame is None for cls in parts.values()):
+            raise ValueError(f"no part of {'+'.join(parts)} reads patch coordinates: position augmentation has "
+                             "nothing to act on")  # fmt: skip
         unknown = set(kw) - set(parts)
         if unknown:
             raise ValueError(
@@ -90,7 +95,10 @@ class ComposedPos(PosScheme):
         for name, cls in parts.items():
             cls.check_options(name, kw.get(name, {}))
         super().__init__(**common)
-        self.parts = nn.ModuleDict({name: cls(**common, **kw.get(name, {})) for name, cls in parts.items()})
+        self.parts = nn.ModuleDict({
+            name: cls(**common, **({} if cls.frame is None else {"pos_aug": aug}), **kw.get(name, {}))
+            for name, cls in parts.items()
+        })  # fmt: skip
 
     # -- the method is the parts' methods, joined -----------------------------------------
     @property

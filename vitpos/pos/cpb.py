@@ -17,6 +17,9 @@ Initialisation follows Swin v2, whose global init covers this MLP: weights trunc
 biases zero. The MLP is a position parameter: no plain weight decay, the position rule's pull towards its start
 instead (vitpos.optim).
 
+With position augmentation (training only) the MLP runs at the (N, N) offsets between the augmented patch
+coordinates instead, normalised and log-spaced the same way (no table: fuzzy offsets differ per pair).
+
 With a class token, each block and head also learns the bias between it and the patches
 (``prefix_bias``, as BEiT: prefix -> patch, patch -> prefix, prefix -> prefix). It starts at 8, the
 bias the MLP gives every offset at init (16 * sigmoid(~0)): a prefix padded with 0 instead would sit
@@ -26,13 +29,15 @@ patch gets.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 from timm.layers import gen_relative_log_coords, gen_relative_position_index, trunc_normal_
 from torch import Tensor, nn
 
-from .base import AttnPos, Grid, PosScheme, add_prefix_bias, prefix_bias_param
+from .base import AttnPos, Grid, PosScheme, add_prefix_bias, coord_offsets, prefix_bias_param
 
 
 def log_offsets_table(grid: Grid, norm_grid: Grid, device=None) -> Tensor:
@@ -46,10 +51,18 @@ def log_offsets_table(grid: Grid, norm_grid: Grid, device=None) -> Tensor:
     return gen_relative_log_coords(tuple(grid), norm, mode="swin", device=device, dtype=torch.float32).reshape(-1, 2)
 
 
+def log_spaced(dy: Tensor, dx: Tensor, norm_grid: Grid) -> Tensor:
+    """(..., 2) Swin v2's log-spaced offsets of any real offsets (dy, dx): the formula of :func:`log_offsets_table`."""
+    norm = torch.tensor([max(norm_grid[0], 2) - 1.0, max(norm_grid[1], 2) - 1.0], device=dy.device)
+    d = torch.stack([dy, dx], dim=-1) / norm * 8
+    return torch.sign(d) * torch.log2(d.abs() + 1.0) / math.log2(8)
+
+
 class CpbPos(PosScheme):
     """Continuous position bias: per block an MLP over log-spaced offsets, output 16 * sigmoid."""
 
     methods = ("continuous", "normalized")
+    frame = "grid"
 
     def __init__(self, *, cpb_hidden: int = 512, init_std: float = 0.02, **kw):
         super().__init__(**kw)
@@ -60,7 +73,7 @@ class CpbPos(PosScheme):
         trunc_normal_(self.w2, std=init_std)
         self.prefix_bias = prefix_bias_param(self.depth, self.num_heads, self.num_prefix_tokens, init=8.0)
 
-    def coords(self, grid: Grid) -> tuple[Tensor, Tensor]:
+    def offsets_table(self, grid: Grid) -> tuple[Tensor, Tensor]:
         """The offsets table ((2h-1)(2w-1), 2) and the (N, N) index into it; cached per grid and method."""
 
         def build() -> tuple[Tensor, Tensor]:
@@ -70,14 +83,23 @@ class CpbPos(PosScheme):
 
         return self.cached(("coords", tuple(grid), self.w1.device), build)
 
+    def mlp(self, table: Tensor) -> Tensor:
+        """(T, 2) log-spaced offsets -> (depth, T, heads) bias, 16 * sigmoid of each block's MLP."""
+        hidden = F.relu(torch.einsum("tc,lch->lth", table.to(self.w1.dtype), self.w1) + self.b1)
+        return 16 * torch.sigmoid(torch.einsum("lth,lhk->ltk", hidden, self.w2))
+
     def bias(self, grid: Grid) -> Tensor:
         """(depth, heads, P+N, P+N) bias, (0, 16) between patches; prefix rows and columns from ``prefix_bias``."""
-        table, index = self.coords(grid)
-        hidden = F.relu(torch.einsum("tc,lch->lth", table.to(self.w1.dtype), self.w1) + self.b1)
-        out = 16 * torch.sigmoid(torch.einsum("lth,lhk->ltk", hidden, self.w2))  # (depth, T, heads)
         n = grid[0] * grid[1]
-        # one gather for all blocks; contiguous so that SDPA reads each block's mask in place
-        bias = rearrange(out[:, index.flatten()], "l (i j) heads -> l heads i j", i=n)
+        if self.augmenting:  # offsets between augmented coordinates: one MLP input per pair, query minus key
+            dy, dx = coord_offsets(self.coords(grid, self.w1.device))
+            norm = tuple(grid) if self.method == "normalized" else self.train_grid
+            out = self.mlp(log_spaced(-dy, -dx, norm).reshape(-1, 2))  # (depth, N*N, heads)
+            bias = rearrange(out, "l (i j) heads -> l heads i j", i=n)
+        else:
+            table, index = self.offsets_table(grid)
+            # one gather for all blocks; contiguous so that SDPA reads each block's mask in place
+            bias = rearrange(self.mlp(table)[:, index.flatten()], "l (i j) heads -> l heads i j", i=n)
         return add_prefix_bias(bias, self.prefix_bias, self.num_prefix_tokens).contiguous()
 
     def attn_pos(self, grid: Grid, device=None) -> list[AttnPos]:

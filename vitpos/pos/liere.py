@@ -44,7 +44,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .base import AttnPos, Grid, PosScheme, grid_coords
+from .base import AttnPos, Grid, PosScheme
 
 
 class SkewExp(torch.autograd.Function):
@@ -111,6 +111,7 @@ class LiePos(PosScheme):
     """Learned Lie-algebra rotations of q and k per block and head; a (heads, N, d/b, b, b) rotation per block."""
 
     methods = ("extrapolate", "interpolate")
+    frame = "grid"
 
     def __init__(self, *, block_size: int | None = None, **kw):
         super().__init__(**kw)
@@ -142,7 +143,7 @@ class LiePos(PosScheme):
     def positions(self, grid: Grid, device=None) -> Tensor:
         """(N, 2) positions (y, x) of the tokens of ``grid`` in units of the training grid (or the new one)."""
         ref = self.train_grid if self.method == "extrapolate" else grid
-        ys, xs = grid_coords(grid, device=device, dtype=torch.float32)
+        ys, xs = self.coords(grid, device).unbind(-1)
         return torch.stack([ys / max(ref[0] - 1, 1), xs / max(ref[1] - 1, 1)], dim=-1)
 
     def rotations(self, grid: Grid) -> Tensor:

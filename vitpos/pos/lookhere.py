@@ -69,6 +69,7 @@ class LookHerePos(PosScheme):
     """Directed attention masks and distance penalties per head and block; no parameters."""
 
     methods = ("extrapolate", "scaled")
+    frame = "grid"
 
     def __init__(
         self, *, fov: int = 180, global_slope: float = 1.0, layer_slopes: tuple[float, float] = (1.0, 1.0), **kw
@@ -82,7 +83,7 @@ class LookHerePos(PosScheme):
 
     def bias(self, grid: Grid, device=None) -> Tensor:
         """(depth, heads, P+N, P+N) fp32 bias for ``grid`` under the current method."""
-        dy, dx = scaled_offsets(grid, self.train_grid, self.method == "scaled", device)
+        dy, dx = scaled_offsets(self, grid, self.method == "scaled", device)
         bias = lookhere_bias(
             dy, dx, num_heads=self.num_heads, depth=self.depth, fov=self.fov,
             global_slope=self.global_slope, layer_slopes=self.layer_slopes,

@@ -18,6 +18,19 @@ Methods for a grid other than the training one (s = new size / trained size, per
   trained offsets keep their frequency, pairs that turned through half a circle or less are
   interpolated; plus YaRN's attention temperature, logits x (0.1 ln(s) + 1)^2, with s the larger
   axis factor (``yarn_temperature="axis"``) or the token-count ratio (``"tokens"``).
+
+Coordinates (``coords``, read through the seam, :meth:`PosScheme.coords`, where position augmentation acts in
+training): ``grid`` (the default) turns pair k by position x f_k, integer patch indices; ``separate``, ``min``
+or ``max`` are DINOv3's normalised patch centres c in [-1, 1] (``vitpos.pos.base.patch_coords``), turned by
+2 pi c / T_k with periods T_k = theta^(4k/d), computed in fp32 with autocast off as DINOv3 does. There a new
+grid is interpolated by normalising it onto [-1, 1] itself (``interpolate``, or ``normalized``), extrapolated by
+normalising it with the training grid's lengths (``extrapolate``: the trained spacing; ``ntk`` and ``yarn``
+change the periods on top). ``order`` puts the column pairs first (``xy``, RoPE-ViT's layout) or the row
+pairs (``yx``, DINOv3's).
+
+`rope2d-norm` is DINOv3's RoPE as a preset of this scheme: normalised ``separate`` coordinates, row pairs
+first, trained with the released augmentation ``rescale=2`` unless ``--pos-aug`` says otherwise; its methods
+keep their names, ``normalized`` (the default) and ``extrapolate``.
 """
 
 from __future__ import annotations
@@ -27,7 +40,7 @@ import math
 import torch
 from torch import Tensor
 
-from .base import AttnPos, Grid, PosScheme, grid_coords
+from .base import FRAMES, AttnPos, Grid, PosAug, PosScheme
 
 
 def check_base(name: str, value: float) -> None:
@@ -43,6 +56,12 @@ def axial_frequencies(head_dim: int, theta: float) -> Tensor:
     check_base("theta", theta)
     k = torch.arange(head_dim // 4, dtype=torch.float64)
     return theta ** (-4.0 * k / head_dim)
+
+
+def dinov3_periods(head_dim: int, theta: float) -> Tensor:
+    """(head_dim/4,) fp32 periods theta^(4k/head_dim) of the normalised frames (DINOv3's, in its precision)."""
+    axial_frequencies(head_dim, theta)  # validates
+    return theta ** (4 * torch.arange(head_dim // 4, dtype=torch.float32) / head_dim)
 
 
 # YaRN's ramp ends for grid axes, in full turns over the trained offsets (see yarn_ramp).
@@ -138,39 +157,77 @@ def transfer_frequencies(
     return fy, fx, 1.0  # extrapolate
 
 
+SQUEEZE = ("interpolate", "normalized")  # methods that normalise a new grid onto [-1, 1] itself (normalised frames)
+
+
 class Rope2dPos(PosScheme):
     """Axial 2D RoPE on q and k in every block; fixed frequencies, no parameters."""
 
     methods = ("extrapolate", "interpolate", "ntk", "yarn")
+    frame = "grid"
 
     def __init__(
-        self, *, theta: float = 100.0, yarn_alpha: float = YARN_ALPHA, yarn_beta: float = YARN_BETA,
-        yarn_temperature: str = "axis", **kw,
+        self, *, theta: float = 100.0, coords: str = "grid", order: str = "xy", yarn_alpha: float = YARN_ALPHA,
+        yarn_beta: float = YARN_BETA, yarn_temperature: str = "axis", **kw,
     ):  # fmt: skip
         super().__init__(**kw)
-        self.theta, self.yarn_alpha, self.yarn_beta = theta, yarn_alpha, yarn_beta
+        if coords not in FRAMES:
+            raise ValueError(f"coords must be one of {', '.join(FRAMES)}, got '{coords}'")
+        if order not in ("xy", "yx"):
+            raise ValueError(f"order must be xy (column pairs first) or yx (row pairs first), got '{order}'")
+        self.theta, self.frame, self.order = theta, coords, order
+        self.yarn_alpha, self.yarn_beta = yarn_alpha, yarn_beta
         self.yarn_temperature = check_yarn_options(yarn_alpha, yarn_beta, yarn_temperature)
         axial_frequencies(self.head_dim, theta)  # validate head dim early
 
-    def axis_frequencies(self, grid: Grid) -> tuple[Tensor, Tensor, float]:
-        """Per-axis frequencies (fy, fx) for ``grid`` under the current method, and the logit scale."""
+    def axis_frequencies(self, grid: Grid, method: str | None = None) -> tuple[Tensor, Tensor, float]:
+        """Per-axis frequencies (fy, fx) for ``grid`` under ``method`` (default: the current one), and the logit
+        scale."""
         f = axial_frequencies(self.head_dim, self.theta)
         exponent = 4.0 * torch.arange(len(f), dtype=torch.float64) / self.head_dim
         return transfer_frequencies(
-            self.method, f, f, grid, self.train_grid, exponent=exponent, magnitude=f, head_dim=self.head_dim,
-            yarn_alpha=self.yarn_alpha, yarn_beta=self.yarn_beta, yarn_temperature_mode=self.yarn_temperature,
+            method or self.method, f, f, grid, self.train_grid, exponent=exponent, magnitude=f,
+            head_dim=self.head_dim, yarn_alpha=self.yarn_alpha, yarn_beta=self.yarn_beta,
+            yarn_temperature_mode=self.yarn_temperature,
         )  # fmt: skip
 
-    def angles(self, grid: Grid) -> tuple[Tensor, float]:
-        """(N, d/2) rotation angles, x pairs first then y pairs, and the logit scale."""
-        fy, fx, scale = self.axis_frequencies(grid)
-        ys, xs = grid_coords(grid, dtype=torch.float64)
-        return torch.cat([xs[:, None] * fx, ys[:, None] * fy], dim=1), scale
+    def angles(self, grid: Grid, device=None) -> tuple[Tensor, float]:
+        """(N, d/2) rotation angles, the column pairs then the row pairs (``order`` xy) or the reverse, and the
+        logit scale."""
+        if self.frame == "grid":  # fp64 angles of integer positions, exact before cos/sin
+            fy, fx, scale = self.axis_frequencies(grid)
+            ys, xs = self.coords(grid, dtype=torch.float64).unbind(-1)
+            ay, ax = ys[:, None] * fy, xs[:, None] * fx
+        else:  # DINOv3: fp32 coordinates and periods, autocast off
+            squeeze = self.method in SQUEEZE  # the grid normalised onto [-1, 1] by itself: nothing more to scale
+            with torch.autocast(torch.device(device or "cpu").type, enabled=False):
+                c = self.coords(grid, device, ref=grid if squeeze else self.train_grid)
+                fy, fx, scale = self.axis_frequencies(grid, "extrapolate" if squeeze else None)
+                f = axial_frequencies(self.head_dim, self.theta)
+                periods = dinov3_periods(self.head_dim, self.theta).to(c.device)
+                # ntk and yarn scale each frequency: the period by the inverse (exactly 1 for the other methods)
+                p_y, p_x = periods / (fy / f).float().to(c.device), periods / (fx / f).float().to(c.device)
+                ay, ax = 2 * math.pi * c[:, 0, None] / p_y, 2 * math.pi * c[:, 1, None] / p_x
+        return torch.cat([ax, ay] if self.order == "xy" else [ay, ax], dim=1), scale
 
     def attn_pos(self, grid: Grid, device=None) -> list[AttnPos]:
         def build() -> list[AttnPos]:
-            angles, scale = self.angles(grid)
-            rot = rope_rotation(angles, self.num_prefix_tokens).to(device)
+            angles, scale = self.angles(grid, device)
+            with torch.autocast(torch.device(device or "cpu").type, enabled=False):
+                rot = rope_rotation(angles, self.num_prefix_tokens).to(device)
             return [AttnPos(rope=rot, logit_scale=scale)] * self.depth
 
         return self.cached(("rope", tuple(grid), device), build)
+
+
+class Rope2dNormPos(Rope2dPos):
+    """`rope2d-norm`: DINOv3's RoPE (facebookresearch/dinov3), rope2d on normalised patch centres with the row pairs
+    first, trained with the released ``rescale=2`` (see the module docstring); a preset, no code of its own."""
+
+    methods = ("normalized", "extrapolate")
+    default_aug = PosAug(rescale=2.0)
+
+    def __init__(self, *, coords: str = "separate", order: str = "yx", **kw):
+        if coords == "grid":
+            raise ValueError("rope2d-norm's coordinates are normalised: coords must be separate, min or max")
+        super().__init__(coords=coords, order=order, **kw)

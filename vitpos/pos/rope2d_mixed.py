@@ -28,7 +28,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .base import AttnPos, Grid, PosScheme, grid_coords
+from .base import AttnPos, Grid, PosScheme
 from .rope2d import YARN_ALPHA, YARN_BETA, axial_frequencies, check_yarn_options, rope_rotation, transfer_frequencies
 
 
@@ -45,6 +45,7 @@ class Rope2dMixedPos(PosScheme):
     """RoPE with learned 2D frequencies per block and head; a rotation (heads, N, d/2, 2) per block."""
 
     methods = ("extrapolate", "interpolate", "ntk", "yarn")
+    frame = "grid"
 
     def __init__(
         self, *, theta: float = 10.0, yarn_alpha: float = YARN_ALPHA, yarn_beta: float = YARN_BETA,
@@ -74,8 +75,8 @@ class Rope2dMixedPos(PosScheme):
         device = self.freqs.device
         with torch.autocast(device.type, enabled=False):  # a matmul would otherwise run in bf16
             f, scale = self.frequencies(grid)
-            ys, xs = grid_coords(grid, device=device)
-            return torch.einsum("nc,lhkc->lhnk", torch.stack([xs, ys], dim=-1), f), scale
+            xy = self.coords(grid, device).flip(-1)  # (N, 2) as (x, y), the order of f's last axis
+            return torch.einsum("nc,lhkc->lhnk", xy, f), scale
 
     def attn_pos(self, grid: Grid, device=None) -> list[AttnPos]:
         def build() -> list[AttnPos]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import Grid, PosScheme, grid_coords
+from .base import Grid, PosScheme
 
 
 def posemb_sincos_2d(ys: Tensor, xs: Tensor, dim: int, temperature: float = 10000.0) -> Tensor:
@@ -30,6 +30,7 @@ class SinCos2dPos(PosScheme):
     """
 
     methods = ("extrapolate", "interpolate")
+    frame = "grid"
 
     def __init__(self, *, temperature: float = 10000.0, **kw):
         super().__init__(**kw)
@@ -38,7 +39,7 @@ class SinCos2dPos(PosScheme):
 
     def table_for(self, grid: Grid, device=None) -> Tensor:
         def build() -> Tensor:
-            ys, xs = grid_coords(grid, device=device)
+            ys, xs = self.coords(grid, device).unbind(-1)
             if self.method == "interpolate":
                 ys = ys * (self.train_grid[0] / grid[0])
                 xs = xs * (self.train_grid[1] / grid[1])
