@@ -17,6 +17,13 @@ Methods for a new grid (h, w):
 * ``geometric``: BEiT's fine-tuning rule, timm's ``resize_rel_pos_bias_table``: the trained offsets are
   spread over the new range by a geometric progression and the table interpolated between them.
 
+``buckets`` (T5's relative buckets, per axis) replaces the table of every offset by one of B x B entries: per axis,
+half the B buckets hold the positive offsets and half the negative; offsets below B/4 in magnitude get a bucket each,
+longer ones share log-spaced buckets up to ``bucket_distance`` patches (default 4 B, T5's ratio: 128 for 32), and
+every offset beyond it shares the last bucket. Any grid is served by construction: nothing in the table or the
+bucketing depends on the grid, every method gives the same bias, and there is nothing to resize. ``locality``
+starts each bucket from the penalty at its mean offset.
+
 With prefix (class) tokens, ``prefix_bias`` (depth, heads, 3) holds each head's learned logit bias for
 prefix query -> patch key, patch query -> prefix key and prefix -> prefix (BEiT's three extra table
 entries); it starts at zero and no grid changes it.
@@ -24,6 +31,7 @@ entries); it starts at zero and no grid changes it.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -59,20 +67,56 @@ def relative_position_index(grid: Grid, table_grid: Grid | None = None, clamp: b
     return (dy + big_h - 1) * (2 * big_w - 1) + (dx + big_w - 1)
 
 
+def t5_bucket(d: Tensor, buckets: int, max_distance: float) -> Tensor:
+    """T5's bidirectional bucket in [0, buckets) of integer offsets ``d``: buckets/2 per sign (positive offsets in
+    the upper half), magnitudes below buckets/4 exact, then log-spaced up to ``max_distance``, beyond it the last."""
+    half = buckets // 2
+    exact = half // 2
+    a = d.abs()
+    log_ratio = torch.log(a.double().clamp_min(1.0) / exact) / math.log(max_distance / exact)
+    far = (exact + (log_ratio * (half - exact)).long()).clamp(max=half - 1)
+    return torch.where(d > 0, half, 0) + torch.where(a < exact, a, far)
+
+
+def bucket_means(buckets: int, max_distance: int) -> Tensor:
+    """(buckets,) fp64 mean offset of each bucket over the offsets -max_distance..max_distance (0 where none falls)."""
+    d = torch.arange(-max_distance, max_distance + 1)
+    b = t5_bucket(d, buckets, max_distance)
+    total = torch.zeros(buckets, dtype=torch.float64).index_add_(0, b, d.double())
+    count = torch.zeros(buckets, dtype=torch.float64).index_add_(0, b, torch.ones_like(d, dtype=torch.float64))
+    return total / count.clamp_min(1)
+
+
 class RelBiasPos(PosScheme):
     """Per-block relative position bias tables, stored together as one (depth, T, heads) parameter."""
 
     methods = ("resize", "clamp", "geometric")
 
-    def __init__(self, *, init_std: float = 0.02, locality: float = 1.0, **kw):
+    def __init__(
+        self, *, init_std: float = 0.02, locality: float = 1.0, buckets: int | None = None,
+        bucket_distance: int | None = None, **kw,
+    ):  # fmt: skip
         super().__init__(**kw)
         h, w = self.train_grid
-        self.table = nn.Parameter(torch.zeros(self.depth, (2 * h - 1) * (2 * w - 1), self.num_heads))
+        self.buckets = buckets
+        if buckets is not None:
+            if not (isinstance(buckets, int) and buckets >= 4 and buckets % 2 == 0):
+                raise ValueError(f"relbias buckets must be an even integer >= 4 (per axis), got {buckets!r}")
+            far = 4 * buckets if bucket_distance is None else bucket_distance
+            if far <= buckets // 4:
+                raise ValueError(f"relbias bucket_distance must exceed buckets/4 = {buckets // 4}, got {far}")
+            self.bucket_distance = far
+        size = buckets * buckets if buckets is not None else (2 * h - 1) * (2 * w - 1)
+        self.table = nn.Parameter(torch.zeros(self.depth, size, self.num_heads))
         if init_std:
             trunc_normal_(self.table, std=init_std)
         if locality:  # a distance penalty to start from, steepest in the first head (halving per head), in every block
             with torch.no_grad():
-                dy, dx = table_offsets(self.train_grid)
+                if buckets is None:
+                    dy, dx = table_offsets(self.train_grid)
+                else:  # each bucket's mean offset
+                    means = bucket_means(buckets, self.bucket_distance)
+                    dy, dx = torch.meshgrid(means, means, indexing="ij")
                 dist = rearrange((dy.square() + dx.square()).double().sqrt(), "y x -> (y x)")  # (T,), table order
                 slopes = locality * 2.0 ** -torch.arange(self.num_heads, dtype=torch.float64)  # (heads,)
                 self.table.sub_((dist[:, None] * slopes[None, :]).to(self.table.dtype))
@@ -80,6 +124,8 @@ class RelBiasPos(PosScheme):
 
     def table_for(self, grid: Grid) -> tuple[Tensor, Grid]:
         """The (depth, T, heads) table to index for ``grid`` and the grid it was built for."""
+        if self.buckets is not None:
+            return self.table, self.train_grid
         if self.method == "clamp" or (not torch.compiler.is_exporting() and tuple(grid) == self.train_grid):
             return self.table, self.train_grid
         h, w = self.train_grid
@@ -99,6 +145,8 @@ class RelBiasPos(PosScheme):
         return rearrange(t, "l heads y x -> l (y x) heads").to(self.table.dtype), tuple(grid)
 
     def carry_state(self, grid: Grid) -> dict[str, Tensor]:
+        if self.buckets is not None:  # nothing in the state is sized by the grid
+            return super().carry_state(grid)
         with torch.no_grad():
             if self.method == "clamp":  # the new table holds, per offset of the new range, the clamped entry
                 dy, dx = table_offsets(grid)
@@ -112,13 +160,19 @@ class RelBiasPos(PosScheme):
                 state["prefix_bias"] = self.prefix_bias.detach().clone()
             return state
 
+    def index(self, grid: Grid, table_grid: Grid) -> Tensor:
+        """(N, N) entry of the table that each pair of tokens of ``grid`` reads."""
+        if self.buckets is None:
+            return relative_position_index(grid, table_grid, self.method == "clamp", self.table.device)
+        dy, dx = relative_offsets(grid, self.table.device)
+        b, far = self.buckets, self.bucket_distance
+        return t5_bucket(dy, b, far) * b + t5_bucket(dx, b, far)
+
     def bias(self, grid: Grid) -> Tensor:
         """(depth, heads, P+N, P+N) bias for ``grid``; prefix rows and columns from ``prefix_bias``."""
         table, table_grid = self.table_for(grid)
-        index = self.cached(
-            ("index", tuple(grid), table_grid, self.method, self.table.device),
-            lambda: relative_position_index(grid, table_grid, self.method == "clamp", self.table.device),
-        )
+        index = self.cached(("index", tuple(grid), table_grid, self.method, self.table.device),
+                            lambda: self.index(grid, table_grid))  # fmt: skip
         n = grid[0] * grid[1]
         # one gather for all blocks; contiguous so that SDPA reads each block's (heads, N, N) mask in place
         bias = rearrange(table[:, index.flatten()], "l (i j) heads -> l heads i j", i=n)
