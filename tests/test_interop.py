@@ -222,7 +222,8 @@ def carried_as(part: str, method: str) -> str | None:
     A parameter sized by the grid is carried by the method itself (learned, relbias); a scheme without one
     is rebuilt at the new grid, which it then serves as its training grid: integer positions, i.e.
     extrapolation (sincos2d, the ropes, alibi2d, lookhere). cpb's MLP carries over unchanged and normalises
-    offsets by the new grid: its ``normalized``; rope2d-norm's normalised coordinates serve every grid alike.
+    offsets by the new grid: its ``normalized``; rope2d-norm's normalised coordinates and fire's
+    progressive normalisation serve every grid alike.
     liere's generators are rescaled so that either method keeps its spacing."""
     if part in ("learned", "relbias", "peg", "none"):
         return method
@@ -232,6 +233,8 @@ def carried_as(part: str, method: str) -> str | None:
         return method
     if part == "rope2d-norm":  # normalised coordinates: any grid is served alike
         return method if method == "normalized" else None
+    if part == "fire":  # normalised by the grid's edges: any grid is served alike
+        return method if method == "progressive" else None
     return method if method == "extrapolate" else None
 
 

@@ -10,6 +10,7 @@ from .alibi2d import Alibi2dPos
 from .base import AttnPos, Grid, PosAug, PosScheme
 from .compose import ComposedPos
 from .cpb import CpbPos
+from .fire import FirePos
 from .learned import LearnedPos
 from .liere import LiePos
 from .lookhere import LookHerePos
@@ -33,6 +34,7 @@ _SINGLE: dict[str, type[PosScheme]] = {
     "lookhere": LookHerePos,
     "rope2d-norm": Rope2dNormPos,
     "liere": LiePos,
+    "fire": FirePos,
 }
 POS_REGISTRY: dict[str, type[PosScheme]] = {
     **_SINGLE,
