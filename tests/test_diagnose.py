@@ -69,7 +69,7 @@ def _uses(pos: str) -> dict[str, bool]:
     parts = pos.split("+")
     return {"tokens": any(p in ("learned", "sincos2d") for p in parts),
             "bias": any(p in ("relbias", "cpb", "alibi2d", "lookhere", "fire") for p in parts),
-            "rope": any(p.startswith("rope") or p == "liere" for p in parts)}  # fmt: skip
+            "rope": any(p.startswith("rope") or p in ("liere", "string") for p in parts)}  # fmt: skip
 
 
 def _loader(n: int = 8, size: int = 32, classes: int = 10) -> DataLoader:

@@ -39,7 +39,7 @@ def pos_outputs(pos, grid) -> list[torch.Tensor]:
     n = grid[0] * grid[1]
     out = [pos.tokens(torch.zeros(1, n, pos.dim), grid)]
     for a in pos.attn_pos(grid):
-        out += [t for t in (a.rope, a.bias, a.rotation) if t is not None] + [torch.tensor(a.logit_scale)]
+        out += [t for t in (a.rope, a.bias, a.rotation, a.mix) if t is not None] + [torch.tensor(a.logit_scale)]
     x = torch.linspace(-1, 1, (pos.num_prefix_tokens + n) * pos.dim).reshape(1, -1, pos.dim)  # fixed input
     return out + [pos.after_block(x, grid, i) for i in range(pos.depth)]
 
@@ -115,9 +115,9 @@ def test_edited_parameters_never_leave_the_cache_stale(tiny, name, grid, edit):
         before = m(x)  # fills the cache
         if edit == "data":
             for p in m.pos.parameters():
-                p.data.mul_(2)
+                p.data.mul_(2).add_(0.01)  # not only x2: a parameter may start at 0 (string's S)
         else:
-            m.load_state_dict({k: v * 2 if k.startswith("pos.") else v for k, v in m.state_dict().items()})
+            m.load_state_dict({k: v * 2 + 0.01 if k.startswith("pos.") else v for k, v in m.state_dict().items()})
         fresh = tiny(name).eval()
         fresh.load_state_dict(m.state_dict())
         after, expected = m(x), fresh(x)

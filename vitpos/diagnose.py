@@ -99,6 +99,8 @@ def rope_kernel(model: ViT, grid: Grid | None = None, block: int = 0) -> Tensor 
         return None
     heads, d, p = model.pos.num_heads, model.pos.head_dim, model.num_prefix_tokens
     ones = torch.ones(1, heads, p + grid[0] * grid[1], d)
+    if a.mix is not None:  # STRING's P turns q and k before the rotation
+        ones = ones @ a.mix.transpose(-1, -2)
     r = turn_qk(ones, ones, a)[0][0, :, p:]  # (heads, N, d): patch tokens
     q = centre_index(grid)
     logits = (r[:, q : q + 1] @ r.transpose(-1, -2))[:, 0] * d**-0.5 * a.logit_scale  # (heads, N)

@@ -15,7 +15,8 @@ Nothing is taken on trust: the ExportedProgram is run against eager PyTorch at t
 two non-square grids on either side of it, and the ONNX file against vitpos with onnxruntime. A transfer
 method whose graph depends on the grid itself (``ntk`` and ``yarn`` branch on whether the grid is larger
 than the trained one) fails that check; it is exported for fixed sizes instead, one file per size, and
-the command says so.
+the command says so. What a scheme can fold into the weights is folded first (``ViT.folded``: STRING's
+orthogonal maps into the q and k projections), and the checks compare the folded export with the unfolded model.
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ def export_program(model: ViT, dynamic: bool = True, size: tuple[int, int] | Non
         p = model.patch_size
         dims |= {2: p * Dim("grid_h", min=2, max=MAX_GRID), 3: p * Dim("grid_w", min=2, max=MAX_GRID)}
     example = _images(model, size)
-    program = torch.export.export(model, (example,), dynamic_shapes={"images": dims})
+    # what folds into the weights is folded (STRING's P into q and k); the checks below compare with the unfolded model
+    program = torch.export.export(model.folded(), (example,), dynamic_shapes={"images": dims})
     sizes = probe_sizes(model) if dynamic else [size]
     runner = program.module()
     for i, hw in enumerate(sizes):

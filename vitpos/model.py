@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,7 @@ from torch import Tensor, nn
 
 from .attention import attention
 from .pos import POS_REGISTRY, AttnPos, PosAug, build_pos
-from .pos.base import turn_qk
+from .pos.base import mix_qkv, turn_qk
 from .resolution import to_hw
 from .stems import STEMS, build_stem
 
@@ -52,9 +53,23 @@ class Attention(nn.Module):
         bias = torch.cat([self.q_bias, torch.zeros_like(self.q_bias), self.v_bias])
         return F.linear(x, self.qkv.weight, bias)
 
+    @torch.no_grad()
+    def fold_qk(self, mix: Tensor) -> None:
+        """Fold a linear map per head, (heads, d, d), into the q and k projections: they then give mix q, mix k."""
+        w = rearrange(self.qkv.weight, "(three h d) c -> three h d c", three=3, h=self.num_heads)  # a view
+        w[:2] = torch.einsum("hij,thjc->thic", mix.to(w.dtype), w[:2].clone())
+        biases = []  # views of the q (and k) biases, (parts, heads, d)
+        if self.qkv.bias is not None:
+            biases.append(rearrange(self.qkv.bias, "(three h d) -> three h d", three=3, h=self.num_heads)[:2])
+        if self.qv_bias:  # k has no bias here
+            biases.append(rearrange(self.q_bias, "(one h d) -> one h d", one=1, h=self.num_heads))
+        for b in biases:
+            b.copy_(torch.einsum("hij,thj->thi", mix.to(b.dtype), b.clone()))
+
     def heads_qkv(self, x: Tensor, pos: AttnPos) -> tuple[Tensor, Tensor, Tensor]:
         """(B, N, D) -> q, k, v, each (B, h, N, d), with q and k turned by the block's position."""
-        q, k, v = rearrange(self.project_qkv(x), "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
+        qkv = mix_qkv(self.project_qkv(x), pos, self.num_heads)
+        q, k, v = rearrange(qkv, "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
         q, k = turn_qk(q, k, pos)
         return q, k, v
 
@@ -221,6 +236,17 @@ class ViT(nn.Module):
             keep = rearrange(pool_mask, "h w -> (h w)").to(x.device)
             x = x[:, self.num_prefix_tokens :][:, keep].mean(dim=1)  # (B, D) over the marked tokens
         return self.head(self.fc_norm(x))
+
+    def folded(self) -> ViT:
+        """A copy for inference with what the scheme can fold into the weights folded (``PosScheme.fold``: STRING's
+        orthogonal maps into the q and k projections); it computes what this model computes."""
+        model = copy.deepcopy(self)
+        scheme, mixes = model.pos.fold()
+        if mixes is not None:
+            for block, mix in zip(model.blocks, mixes, strict=True):
+                block.attn.fold_qk(mix)
+        model.pos = scheme
+        return model
 
     def no_weight_decay(self) -> set[str]:
         """Full names of parameters that must not be decayed: the scheme's own, and the class token."""

@@ -20,6 +20,7 @@ from .relbias import RelBiasPos
 from .rope2d import Rope2dNormPos, Rope2dPos
 from .rope2d_mixed import Rope2dMixedPos
 from .sincos2d import SinCos2dPos
+from .string import StringPos
 
 _SINGLE: dict[str, type[PosScheme]] = {
     "learned": LearnedPos,
@@ -35,6 +36,7 @@ _SINGLE: dict[str, type[PosScheme]] = {
     "rope2d-norm": Rope2dNormPos,
     "liere": LiePos,
     "fire": FirePos,
+    "string": StringPos,
 }
 POS_REGISTRY: dict[str, type[PosScheme]] = {
     **_SINGLE,

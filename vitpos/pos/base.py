@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass, fields
 
 import torch
+from einops import rearrange
 from torch import Tensor, nn
 
 Grid = tuple[int, int]
@@ -42,12 +43,16 @@ class AttnPos:
           (heads, N, d/b, b, b) orthogonal matrices, block j turning (x[jb], ..., x[jb+b-1]); prefix rows
           are the identity. ``rope`` is the special case b = 2 kept apart because a complex multiply
           is far cheaper than a matrix product. A scheme sets at most one of the two.
+    mix: a linear map per head, (heads, d, d), applied to q and k of every token (prefix tokens too) before
+          the rotation (:func:`mix_qkv`): STRING's learned orthogonal P. It folds into the q and k projections
+          for inference (:meth:`PosScheme.fold`).
     """
 
     rope: Tensor | None = None
     bias: Tensor | None = None
     logit_scale: float = 1.0
     rotation: Tensor | None = None
+    mix: Tensor | None = None
 
 
 NO_POS = AttnPos()
@@ -277,6 +282,11 @@ class PosScheme(nn.Module):
         """Names (relative to this module) of parameters that must not be decayed."""
         return {name for name, _ in self.named_parameters()}
 
+    def fold(self) -> tuple[PosScheme, Tensor | None]:
+        """For inference: the scheme that serves the model once the returned per-block maps, (depth, heads, d, d)
+        applied to q and k (AttnPos.mix), are folded into the q and k projections; (self, None): nothing to fold."""
+        return self, None
+
     def carry_state(self, grid: Grid) -> dict[str, Tensor]:
         """State for this scheme rebuilt with ``grid`` as its training grid (fine-tuning at a new size),
         carried there by the current method. Default: the state unchanged (nothing in it is sized by the grid)."""
@@ -387,8 +397,20 @@ def rotate_blocks(x: Tensor, rot: Tensor) -> Tensor:
     return out.flatten(-2)
 
 
+def mix_qkv(qkv: Tensor, pos: AttnPos, num_heads: int) -> Tensor:
+    """(B, N, 3D) packed q, k, v (heads inside, ``(three h d)``) -> q and k of every head multiplied by the block's
+    ``mix`` (heads, d, d), v as it is; unchanged without a mix. The result stays packed, so that q and k keep the
+    layout they have without a mix (how the rotation rounds depends on it: a zero STRING is rope2d bit for bit)."""
+    if pos.mix is None:
+        return qkv
+    parts = rearrange(qkv, "b n (three h d) -> b n three h d", three=3, h=num_heads)
+    qk = torch.einsum("hij,bnthj->bnthi", pos.mix.to(qkv.dtype), parts[:, :, :2])  # P q per token and head
+    return torch.cat([qk, parts[:, :, 2:]], dim=2).flatten(2)
+
+
 def turn_qk(q: Tensor, k: Tensor, pos: AttnPos) -> tuple[Tensor, Tensor]:
-    """Apply the block's q/k rotation, if any (``rope`` pairs or a general block ``rotation``)."""
+    """Apply the block's q/k rotation, if any (``rope`` pairs or a general block ``rotation``); a ``mix`` is applied
+    before, to the packed projection (:func:`mix_qkv`)."""
     if pos.rope is not None:
         return rotate(q, pos.rope), rotate(k, pos.rope)
     if pos.rotation is not None:

@@ -40,7 +40,8 @@ def merge_attn_pos(parts: Sequence[AttnPos]) -> AttnPos:
     """One block's AttnPos from its parts': at most one q/k rotation, biases summed, logit scales multiplied."""
     ropes = [a.rope for a in parts if a.rope is not None]
     rotations = [a.rotation for a in parts if a.rotation is not None]
-    if len(ropes) + len(rotations) > 1:
+    mixes = [a.mix for a in parts if a.mix is not None]
+    if len(ropes) + len(rotations) > 1 or len(mixes) > 1:
         raise ValueError("at most one part of a composition may rotate q and k")
     biases = [a.bias for a in parts if a.bias is not None]
     bias = None if not biases else biases[0] if len(biases) == 1 else torch.stack(biases).sum(0)
@@ -52,6 +53,7 @@ def merge_attn_pos(parts: Sequence[AttnPos]) -> AttnPos:
         bias=bias,
         logit_scale=scale,
         rotation=rotations[0] if rotations else None,
+        mix=mixes[0] if mixes else None,
     )
 
 

@@ -180,6 +180,11 @@ class Rope2dPos(PosScheme):
         self.yarn_temperature = check_yarn_options(yarn_alpha, yarn_beta, yarn_temperature)
         axial_frequencies(self.head_dim, theta)  # validate head dim early
 
+    def options_now(self) -> dict:
+        """The keyword options this scheme was built with (a scheme of the same rotation is rebuilt from them)."""
+        return dict(theta=self.theta, coords=self.frame, order=self.order, yarn_alpha=self.yarn_alpha,
+                    yarn_beta=self.yarn_beta, yarn_temperature=self.yarn_temperature)  # fmt: skip
+
     def axis_frequencies(self, grid: Grid, method: str | None = None) -> tuple[Tensor, Tensor, float]:
         """Per-axis frequencies (fy, fx) for ``grid`` under ``method`` (default: the current one), and the logit
         scale."""
