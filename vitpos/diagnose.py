@@ -17,6 +17,10 @@ Each picture is drawn only for schemes that use its hook, detected generically t
 * ``attention_distance.png`` (every scheme): mean attention distance (patch units) per layer and
   head on the checkpoint's validation images.
 
+``diagnostics.json`` also holds the mean attention entropy per layer and head (nats; log N is attention spread
+evenly over the N keys). :func:`attention_entropy` gives it for a batch of images at any size, for a resolution
+sweep to follow it beyond the training size.
+
 ``diagnostics.json`` holds the numbers, including the **patch-shuffle test**: top-1 on the first
 ``--num-images`` validation images as they are and with their patches permuted (one fixed
 permutation for all). A model blind to position (``none`` + patch stem) scores the same on both.
@@ -135,27 +139,53 @@ def grid_distances(grid: Grid) -> Tensor:
     return torch.sqrt((ys[:, None] - ys[None]) ** 2 + (xs[:, None] - xs[None]) ** 2)
 
 
-@torch.no_grad()
-def mean_attention_distance(model: ViT, loader) -> Tensor:
-    """(depth, heads) mean over images and patch queries of sum_k a_qk |pos_q - pos_k| (patches).
+def entropy_of(weights: Tensor, num_prefix_tokens: int = 0) -> Tensor:
+    """(heads,) entropy in nats of each patch query's attention over all keys (B, heads, N, N), summed over the
+    images and averaged over the queries: log N for attention spread evenly over N keys, 0 for one key."""
+    a = weights[:, :, num_prefix_tokens:].float()  # patch queries, every key (a class token is one of them)
+    return torch.special.entr(a).sum(-1).mean(-1).sum(0)
 
-    Only patch-to-patch attention counts: a query's weights on patch keys are renormalised to sum
-    to 1 (a class token has no place on the grid). Bounded by the grid's diagonal."""
+
+@torch.no_grad()
+def attention_entropy(model: ViT, images: Tensor) -> Tensor:
+    """(depth, heads) mean entropy (nats) of the attention of the patch queries of ``images``, at the images' own
+    size (the model as it is: call ``model.eval()`` first for evaluation).
+
+    Whether attention stays focused at sizes beyond the training one, or spreads towards uniform (entropy near
+    log N), is how the extrapolation study of FIRE and RoPE in ViTs explains their difference; a resolution sweep
+    calls this at each test size."""
+    maps = attention_maps(model, images)
+    return torch.stack([entropy_of(a, model.num_prefix_tokens) for a in maps]) / images.shape[0]
+
+
+@torch.no_grad()
+def attention_statistics(model: ViT, loader) -> tuple[Tensor, Tensor]:
+    """(depth, heads) mean attention distance (see :func:`mean_attention_distance`) and mean attention entropy
+    (:func:`attention_entropy`) over the loader's images, from one pass."""
     total, count = None, 0
     for images, _ in loader:
         grid = model.grid_for(images.shape[-2:])
         dist, p = grid_distances(grid), model.num_prefix_tokens
         per_block = []
-        for a in attention_maps(model, images):
-            a = a[:, :, p:, p:]
+        for weights in attention_maps(model, images):
+            a = weights[:, :, p:, p:]
             a = a / a.sum(-1, keepdim=True)
-            per_block.append((a * dist).sum(-1).mean(-1).sum(0))  # (heads,), summed over images
-        batch = torch.stack(per_block)
+            per_block.append(torch.stack([(a * dist).sum(-1).mean(-1).sum(0), entropy_of(weights, p)]))
+        batch = torch.stack(per_block)  # (depth, 2, heads), summed over images
         total = batch if total is None else total + batch
         count += images.shape[0]
     if total is None:
         raise ConfigError("no images to measure attention distance on")
-    return total / count
+    distance, entropy = (total / count).unbind(1)
+    return distance, entropy
+
+
+def mean_attention_distance(model: ViT, loader) -> Tensor:
+    """(depth, heads) mean over images and patch queries of sum_k a_qk |pos_q - pos_k| (patches).
+
+    Only patch-to-patch attention counts: a query's weights on patch keys are renormalised to sum
+    to 1 (a class token has no place on the grid). Bounded by the grid's diagonal."""
+    return attention_statistics(model, loader)[0]
 
 
 def max_grid_distance(grid: Grid) -> float:
@@ -358,7 +388,7 @@ def diagnose(
         plot_bias(model, out / "bias_centre_query.png"),
         plot_rope_kernel(model, out / "rope_kernel.png"),
     ]
-    dist = mean_attention_distance(model, loader)
+    dist, entropy = attention_statistics(model, loader)
     grid = model.grid
     drawn.append(plot_attention_distance(dist, out / "attention_distance.png", max_grid_distance(grid)))
     shuffle = patch_shuffle_test(model, loader)
@@ -378,6 +408,8 @@ def diagnose(
         "mean_attention_distance": [[round(float(v), 4) for v in row] for row in dist],
         "mean_attention_distance_per_block": [round(float(v), 4) for v in dist.mean(-1)],
         "max_grid_distance": round(max_grid_distance(grid), 4),
+        "attention_entropy": [[round(float(v), 4) for v in row] for row in entropy],
+        "max_attention_entropy": round(math.log(grid[0] * grid[1] + model.num_prefix_tokens), 4),
         "patch_shuffle": shuffle,
     }
     (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
