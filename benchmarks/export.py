@@ -53,7 +53,8 @@ def measure(pos: str, a: argparse.Namespace, folder: Path) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--schemes", nargs="+", default=["learned", "sincos2d", "rope2d", "relbias", "none"])
+    # string is exported folded (vitpos.export): a rope2d model, timed at rope2d's speed
+    p.add_argument("--schemes", nargs="+", default=["learned", "sincos2d", "rope2d", "relbias", "none", "string"])
     p.add_argument("--img-sizes", nargs="+", type=int, default=[32, 64])
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--steps", type=int, default=3, help="batches per round")

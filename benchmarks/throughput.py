@@ -49,6 +49,8 @@ SCHEMES = (
     "lookhere",
     "rope2d-norm",
     "liere",
+    "fire",
+    "string",
 )
 TIMM = ("learned", "rope2d", "relbias")  # the schemes timm has a model of
 
