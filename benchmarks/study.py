@@ -15,6 +15,8 @@ The protocol, frozen before test is read:
 4. Test: the whole test split, every size, both regimes, every method (each record names its split).
 5. Controls (canvas, above the training size, the chosen method): pooling over the scene's tokens only, log-n logit
    scaling, and the scene shifted off the patch grid by half a patch: what the canvas changes besides position.
+6. Attention entropy per block and head at each size and regime (64 test images, the chosen method): whether
+   attention stays focused as the grid grows, the explanation the FIRE extrapolation study gives.
 
 A checkpoint keeps its records while its SHA-256 and the sweep's arguments are unchanged: an interrupted study goes
 on where it stopped, and only new or retrained runs are evaluated. Every run and record names its provenance
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections import defaultdict
@@ -87,6 +90,37 @@ def choose_methods(records: list[dict], train_size: int) -> dict[str, dict]:
     return out
 
 
+def entropy_rows(ckpt: Path, method: str, sizes: list[str], images: int = 64) -> list[dict]:
+    """Attention entropy (nats; vitpos.diagnose.attention_entropy) per block and head of the first ``images`` test
+    images, at each size under each regime, with ``method``: whether attention stays focused as the grid grows."""
+    import torch
+
+    from vitpos.checkpoint import model_from_checkpoint
+    from vitpos.data import build_datamodule
+    from vitpos.diagnose import attention_entropy
+    from vitpos.regime import Canvas
+
+    cfg, model = model_from_checkpoint(ckpt)
+    model.pos.method = method
+    dm = build_datamodule(cfg.data, img_size=cfg.model.img_size, seed=cfg.trainer.seed)
+    train = cfg.model.img_size
+    rows = []
+    for regime in ("zoom", "canvas"):
+        for size in sizes:
+            side = int(size)
+            if regime == "canvas" and side <= train:
+                continue
+            window = Canvas().window((side, side), (train, train), model.patch_size) if regime == "canvas" else None
+            ds = dm.eval_dataset(side, "test", window)
+            batch = torch.stack([ds[i][0] for i in range(min(images, len(ds)))])
+            with torch.no_grad():
+                h = attention_entropy(model, batch)  # (depth, heads)
+            n = (side // model.patch_size) ** 2
+            rows.append({"regime": regime, "resolution": side, "method": method, "images": len(batch),
+                         "entropy": h.tolist(), "log_n": math.log(n)})  # fmt: skip
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -108,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.json)
     earlier = json.loads(path.read_text()) if path.is_file() else {}
     records: list[dict] = earlier.get("records", [])
+    entropy: list[dict] = earlier.get("entropy", [])
     runs: dict[str, dict] = {r["run"]: r for r in earlier.get("runs", [])}
     budget = study_budget(cfg, train_size=cfg.data.train_size, val_size=cfg.data.val_size,
                           test_size=cfg.data.test_size, **{f"rule_{k}": v for k, v in rule.items()})  # fmt: skip
@@ -116,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def save() -> None:
         write_record(path, "study.py", argv, budget=budget, specs=args.runs, seeds=args.seeds, sizes=args.sizes,
-                     val_limit=args.val_limit, runs=list(runs.values()), choices=choices, records=records)  # fmt: skip
+                     val_limit=args.val_limit, runs=list(runs.values()), choices=choices, records=records,
+                     entropy=entropy)  # fmt: skip
 
     # 1. the runs, seed by seed, so that a study cut short has every scheme at the seeds it reached
     jobs = [(spec, seed) for seed in args.seeds for spec in args.runs]
@@ -173,6 +209,22 @@ def main(argv: list[str] | None = None) -> int:
             records[:] = [r for r in records if not (r["checkpoint"] == str(ckpt) and r.get("sweep") == sweep)]
             records += [r | stamp | {"sweep": sweep, "seed": run["seed"], "run": run["run"]} for r in fresh]
             save()
+
+    # 6. attention entropy at each size and regime, with each scheme's chosen method
+    for run in runs.values():
+        ckpt = ROOT / run["run"] / "checkpoints" / "last.ckpt"
+        method = choices.get(run["spec"], {}).get("method")
+        if not ckpt.is_file() or method is None:
+            continue
+        sha = fingerprint(ckpt)
+        key = {"sizes": args.sizes, "method": method}
+        if any(e.get("ckpt_sha256") == sha and e.get("sweep") == key for e in entropy):
+            continue
+        stamp = provenance() | {"ckpt_sha256": sha, "train_commit": run.get("commit"), "sweep": key,
+                                "spec": run["spec"], "seed": run["seed"], "run": run["run"]}  # fmt: skip
+        entropy[:] = [e for e in entropy if e["run"] != run["run"]] + [
+            row | stamp for row in entropy_rows(ckpt, method, args.sizes)]  # fmt: skip
+        save()
     return 0
 
 

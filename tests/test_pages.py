@@ -121,3 +121,13 @@ def test_controls_table_gives_each_controls_paired_difference_from_the_canvas_ce
     row = next(ln for ln in text.splitlines() if ln.startswith("| `rope2d`"))
     assert "+10.0 [+10.0, +10.0] *" in row and row.endswith("| — | — |")
     assert summary.controls(summary.Study(study_json())) == "No control is measured yet."
+
+
+def test_entropy_table_is_the_fraction_of_uniform_per_column():
+    data = study_json()
+    data["entropy"] = [{"spec": "rope2d:patch", "seed": k, "regime": "zoom", "resolution": 64, "log_n": 2.0,
+                        "entropy": [[1.0, 1.2], [1.4, 1.6]]} for k in SEEDS]  # fmt: skip
+    text = summary.entropy_table(summary.Study(data))
+    row = next(ln for ln in text.splitlines() if ln.startswith("| `rope2d`"))
+    assert row == "| `rope2d` | — | 0.65 | — | — | — |"  # mean 1.3 / log N 2
+    assert summary.entropy_table(summary.Study(study_json())) == "Not measured yet."

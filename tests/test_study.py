@@ -96,6 +96,7 @@ def test_study_sweeps_each_checkpoint_once_and_chooses_before_test(tmp_path, mon
 
     monkeypatch.setattr(study, "train_run", train_run)
     monkeypatch.setattr(study, "sweep_checkpoint", sweep)
+    monkeypatch.setattr(study, "entropy_rows", lambda ckpt, method, sizes: [{"method": method, "entropy": [[1.0]]}])
     out = tmp_path / "study.json"
     argv = [
         "--runs",
@@ -142,12 +143,37 @@ def test_study_sweeps_the_canvas_controls_with_the_chosen_method_above_the_train
         ]
 
     monkeypatch.setattr(study, "sweep_checkpoint", sweep)
+    entropies = []
+    monkeypatch.setattr(study, "entropy_rows", lambda ckpt, method, sizes: entropies.append(method) or [{}])
     out = tmp_path / "study.json"
     argv = ["--runs", "rope2d:patch", "--seeds", "0", "--out", "runs", "--json", str(out), "--sizes", "32", "64"]
     assert study.main(argv) == 0
+    assert entropies == ["interpolate"]  # the chosen method, once per checkpoint
     controls = seen[2:]
     assert [c[4] for c in controls] == [(("pool", "scene"),), (("logit_scaling", "logn"),), (("shift", "half-patch"),)]
     assert all(c[:4] == ("test", ("64",), ["interpolate"], ("canvas",)) for c in controls)
     data = json.loads(out.read_text())
     assert {r.get("control") for r in data["records"]} == {None, "scene", "logn", "offgrid"}
-    assert study.main(argv) == 0 and len(seen) == 5  # nothing swept twice
+    assert study.main(argv) == 0 and len(seen) == 5 and entropies == ["interpolate"]  # nothing swept twice
+    assert json.loads(out.read_text())["entropy"][0]["spec"] == "rope2d:patch"
+
+
+def test_entropy_rows_measure_every_block_and_head_at_each_size_and_regime(tmp_path):
+    import torch
+
+    from vitpos.checkpoint import FORMAT
+    from vitpos.config import Config
+    from vitpos.model import model_from_config
+
+    cfg = Config()
+    cfg.model.pos, cfg.model.embed_dim, cfg.model.depth, cfg.model.num_heads, cfg.model.num_classes = (
+        "rope2d", 32, 2, 2, 8)  # fmt: skip
+    cfg.data.val_size = cfg.data.test_size = 8
+    state = {f"model.{k}": v for k, v in model_from_config(cfg).state_dict().items()}
+    ckpt = tmp_path / "last.ckpt"
+    torch.save({"state_dict": state, "hyper_parameters": {"config": cfg.to_dict()}, "vitpos_format": FORMAT}, ckpt)
+    rows = study.entropy_rows(ckpt, "interpolate", ["24", "32", "64"], images=4)
+    assert [(r["regime"], r["resolution"]) for r in rows] == [("zoom", 24), ("zoom", 32), ("zoom", 64), ("canvas", 64)]
+    for r in rows:
+        h = torch.tensor(r["entropy"])
+        assert h.shape == (2, 2) and (h > 0).all() and (h <= r["log_n"] + 1e-4).all() and r["images"] == 4

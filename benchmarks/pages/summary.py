@@ -136,6 +136,23 @@ def controls(study: Study, factor: float = 2.0) -> str:
     return table(heads, rows)
 
 
+ENTROPY_COLUMNS = [("zoom", 1.0), ("zoom", 2.0), ("zoom", 4.0), ("canvas", 2.0), ("canvas", 4.0)]
+
+
+def entropy_table(study: Study) -> str:
+    """Per scheme and column: the attention entropy as a fraction of uniform (entropy / log N, averaged over blocks,
+    heads and seeds; 1 = attention spread evenly over every key), with the chosen method."""
+    frac: dict[tuple[str, str, float], list[float]] = defaultdict(list)
+    for e in study.data.get("entropy", []):
+        values = [v for block in e["entropy"] for v in block]
+        frac[(e["spec"], e["regime"], e["resolution"] / study.train)].append(sum(values) / len(values) / e["log_n"])
+    if not frac:
+        return "Not measured yet."
+    rows = [[label(s), *(f"{sum(v) / len(v):.2f}" if (v := frac.get((s, *c))) else "—" for c in ENTROPY_COLUMNS)]
+            for s in study.specs]  # fmt: skip
+    return table(["scheme", *(head(*c) for c in ENTROPY_COLUMNS)], rows)
+
+
 def plot(study: Study, png: Path) -> None:
     """Small multiples: one panel per scheme, top-1 against the size factor, the default and the validation-chosen
     method in their own colours (zoom solid, canvas dashed), chance and the bag-of-patches ceiling marked; the
@@ -210,6 +227,7 @@ def render(data: dict, folder: Path) -> tuple[str, str]:
         table=study.table(COLUMNS),
         guide="\n".join(guide(study)) or "- Nothing is measured on test yet.",
         controls=controls(study),
+        entropy=entropy_table(study),
         machines="\n".join(f"- {m}" for m in machines(data.get("runs", []), data.get("records", []))) or "- none",
     )
     note = (
