@@ -91,7 +91,7 @@ def test_readme_block_is_replaced_between_the_markers_only():
 
 def test_the_readme_table_is_the_one_rendered_from_docs_study_json(tmp_path):
     data = json.loads((ROOT / "docs" / "study.json").read_text())
-    _, block = summary.render(data, tmp_path)
+    _, block = summary.render(data, tmp_path, json.loads((ROOT / "docs" / "results.json").read_text()))
     readme = (ROOT / "README.md").read_text()
     between = readme.split(pages.START)[1].split(pages.END)[0].strip()
     assert between == block.strip()
@@ -131,3 +131,20 @@ def test_entropy_table_is_the_fraction_of_uniform_per_column():
     row = next(ln for ln in text.splitlines() if ln.startswith("| `rope2d`"))
     assert row == "| `rope2d` | — | 0.65 | — | — | — |"  # mean 1.3 / log N 2
     assert summary.entropy_table(summary.Study(study_json())) == "Not measured yet."
+
+
+def test_reruns_table_sets_each_rerun_beside_its_earlier_record_and_names_both_machines():
+    data = study_json()
+    data["budget"] |= {"rule_pos_lr_scale": 30.0, "rule_pos_weight_decay": 0.3, "rule_pos_decay_to": "start",
+                       "rule_pos_lr_warmup_epochs": 5.0}  # fmt: skip
+    data["runs"][0] |= {"test_top1": 0.976, "pos_params": True}  # learned seed 0 on "1 x CPU"
+    rule = {"pos_lr_scale": 30.0, "pos_weight_decay": 0.3, "pos_decay_to": "start", "pos_lr_warmup_epochs": 5.0}
+    earlier = {
+        "runs": [
+            {"spec": "learned:patch", "seed": 0, **rule, "test_top1": 0.978, "hardware": "1 x AMD"},
+            {"spec": "learned:patch", "seed": 0, **rule, "pos_lr_scale": 1.0, "test_top1": 0.3},
+        ]
+    }
+    text = summary.reruns(summary.Study(data), earlier)
+    (row,) = [ln for ln in text.splitlines() if ln.startswith("| `learned`")]
+    assert row == "| `learned` | 0 | 97.8 | 97.6 | -0.2 | 1 x AMD | 1 x CPU |"

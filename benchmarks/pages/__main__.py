@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         (folder / "protocol.md").write_text(protocol.render(proto, study))
         print(f"wrote {folder / 'protocol.md'}")
     if study is not None:
-        page, block = summary.render(study, folder)
+        page, block = summary.render(study, folder, read(folder / "results.json"))
         (folder / "summary.md").write_text(page)
         print(f"wrote {folder / 'summary.md'}")
         if folder == DOCS:

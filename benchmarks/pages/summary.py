@@ -153,6 +153,29 @@ def entropy_table(study: Study) -> str:
     return table(["scheme", *(head(*c) for c in ENTROPY_COLUMNS)], rows)
 
 
+def reruns(study: Study, earlier: dict | None) -> str:
+    """Each study run that an earlier record (docs/results.json) also holds, same scheme, seed and rule: both test
+    top-1 (the best-validation checkpoint, as each run reports it) and where each trained."""
+    if not earlier:
+        return "No earlier record to compare with."
+    key = ("spec", "seed", "pos_lr_scale", "pos_weight_decay", "pos_decay_to", "pos_lr_warmup_epochs")
+    old = {tuple(r.get(k) for k in key): r for r in earlier.get("runs", []) if not r.get("pos_kwargs")}
+    rule = tuple(study.data["budget"].get(f"rule_{k}") for k in key[2:])  # the study's runs all train under it
+    rows = []
+    for r in sorted(study.data.get("runs", []), key=lambda r: (r["spec"], r["seed"])):
+        o = old.get((r["spec"], r["seed"], *rule))
+        if o is None or "test_top1" not in r:
+            continue
+        same = o.get("hardware") == r.get("hardware")
+        rows.append([label(r["spec"]), str(r["seed"]), pct(o["test_top1"]), pct(r["test_top1"]),
+                     signed(r["test_top1"] - o["test_top1"]), o.get("hardware", "not recorded"),
+                     r.get("hardware", "?") + ("" if not same else " (same kind)")])  # fmt: skip
+    if not rows:
+        return "No run of the study is in the earlier record."
+    return table(["scheme", "seed", "earlier test top-1", "rerun", "difference (points)", "earlier machine",
+                  "rerun machine"], rows)  # fmt: skip
+
+
 def plot(study: Study, png: Path) -> None:
     """Small multiples: one panel per scheme, top-1 against the size factor, the default and the validation-chosen
     method in their own colours (zoom solid, canvas dashed), chance and the bag-of-patches ceiling marked; the
@@ -213,8 +236,9 @@ def coverage(study: Study) -> str:
     )
 
 
-def render(data: dict, folder: Path) -> tuple[str, str]:
-    """(docs/summary.md, the README's table block) from docs/study.json; the figure is written beside the page."""
+def render(data: dict, folder: Path, earlier: dict | None = None) -> tuple[str, str]:
+    """(docs/summary.md, the README's table block) from docs/study.json (and ``earlier``, docs/results.json, for the
+    reruns' table); the figure is written beside the page."""
     study = Study(data)
     plot(study, folder / "summary.png")
     sizes = {int(s) for s in data.get("sizes", [])}
@@ -228,6 +252,7 @@ def render(data: dict, folder: Path) -> tuple[str, str]:
         guide="\n".join(guide(study)) or "- Nothing is measured on test yet.",
         controls=controls(study),
         entropy=entropy_table(study),
+        reruns=reruns(study, earlier),
         machines="\n".join(f"- {m}" for m in machines(data.get("runs", []), data.get("records", []))) or "- none",
     )
     note = (
