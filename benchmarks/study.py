@@ -121,6 +121,15 @@ def entropy_rows(ckpt: Path, method: str, sizes: list[str], images: int = 64) ->
     return rows
 
 
+def complete(fresh: list[dict], expected: int, where: Path) -> list[dict]:
+    """The records that counted every image they were asked to (a run stopped early, by a signal say, counts
+    fewer); those that did not are reported and left out, so the next pass sweeps them again."""
+    short = [r for r in fresh if r["samples"] != expected]
+    if short:
+        print(f"{where}: {len(short)} cell(s) counted fewer than {expected} images; not recorded", flush=True)
+    return [] if short else fresh
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -187,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
             if any(r.get("ckpt_sha256") == sha and r.get("sweep") == sweep for r in records):
                 continue
             stamp = provenance() | {"ckpt_sha256": sha, "train_commit": run.get("commit")}
-            fresh = sweep_checkpoint(ckpt, split, args.sizes, limit)
+            size = cfg.data.val_size if split == "val" else cfg.data.test_size
+            fresh = complete(sweep_checkpoint(ckpt, split, args.sizes, limit), min(limit or size, size), ckpt)
             records[:] = [r for r in records if not (r["checkpoint"] == str(ckpt) and r.get("sweep") == sweep)]
             records += [r | stamp | {"sweep": sweep, "seed": run["seed"], "run": run["run"]} for r in fresh]
             save()
@@ -205,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
             if any(r.get("ckpt_sha256") == sha and r.get("sweep") == sweep for r in records):
                 continue
             stamp = provenance() | {"ckpt_sha256": sha, "train_commit": run.get("commit"), "control": name}
-            fresh = sweep_checkpoint(ckpt, "test", above, None, [method], ("canvas",), **control)
+            fresh = complete(
+                sweep_checkpoint(ckpt, "test", above, None, [method], ("canvas",), **control), cfg.data.test_size, ckpt
+            )
             records[:] = [r for r in records if not (r["checkpoint"] == str(ckpt) and r.get("sweep") == sweep)]
             records += [r | stamp | {"sweep": sweep, "seed": run["seed"], "run": run["run"]} for r in fresh]
             save()

@@ -63,6 +63,16 @@ def record(scheme, method, size, top1, split="val", regime="zoom", seed=0):
             "regime": regime, "seed": seed}  # fmt: skip
 
 
+def swept(ckpt, split: str, methods=None) -> list[dict]:
+    """What a sweep of one rope2d checkpoint returns: two methods at 64 px, every image of the split counted."""
+    n = 1000 if split == "val" else 2000  # the study's --val-limit, the test split
+    return [
+        record("rope2d", m, 64, v, split=split) | {"checkpoint": str(ckpt), "samples": n}
+        for m, v in (("extrapolate", 0.4), ("interpolate", 0.6))
+        if methods is None or m in methods
+    ]
+
+
 def test_methods_are_chosen_on_validation_at_the_new_sizes_only():
     recs = [record("rope2d", "extrapolate", 32, 1.0), record("rope2d", "interpolate", 32, 0.5),  # training size
             record("rope2d", "extrapolate", 64, 0.4), record("rope2d", "interpolate", 64, 0.6),
@@ -91,8 +101,7 @@ def test_study_sweeps_each_checkpoint_once_and_chooses_before_test(tmp_path, mon
         calls.append(split if not control else f"control {methods[0]} {sorted(control.items())}")
         if split == "test":  # by now the choice must be on disk
             assert json.loads(out.read_text())["choices"]["rope2d:patch"]["method"] == "interpolate"
-        return [record("rope2d", m, 64, v, split=split) | {"checkpoint": str(ckpt)}
-                for m, v in (("extrapolate", 0.4), ("interpolate", 0.6))]  # fmt: skip
+        return swept(ckpt, split)
 
     monkeypatch.setattr(study, "train_run", train_run)
     monkeypatch.setattr(study, "sweep_checkpoint", sweep)
@@ -136,11 +145,7 @@ def test_study_sweeps_the_canvas_controls_with_the_chosen_method_above_the_train
 
     def sweep(ckpt, split, sizes, limit, methods=None, regimes=("zoom", "canvas"), **control):
         seen.append((split, tuple(sizes), methods, regimes, tuple(sorted(control.items()))))
-        return [
-            record("rope2d", m, 64, v, split=split) | {"checkpoint": str(ckpt)}
-            for m, v in (("extrapolate", 0.4), ("interpolate", 0.6))
-            if methods is None or m in methods
-        ]
+        return swept(ckpt, split, methods)
 
     monkeypatch.setattr(study, "sweep_checkpoint", sweep)
     entropies = []
@@ -177,3 +182,10 @@ def test_entropy_rows_measure_every_block_and_head_at_each_size_and_regime(tmp_p
     for r in rows:
         h = torch.tensor(r["entropy"])
         assert h.shape == (2, 2) and (h > 0).all() and (h <= r["log_n"] + 1e-4).all() and r["images"] == 4
+
+
+def test_a_cell_that_counted_fewer_images_than_asked_is_not_recorded(capsys):
+    full = [{"samples": 2000}, {"samples": 2000}]
+    assert study.complete(full, 2000, "ckpt") == full
+    assert study.complete([{"samples": 2000}, {"samples": 1300}], 2000, "ckpt") == []
+    assert "counted fewer than 2000 images" in capsys.readouterr().out
