@@ -1,6 +1,6 @@
 """What the benchmarks share: running vitpos's own commands, reusing finished runs and sweeps, writing records.
 
-Benchmarks measure and write JSON; ``docs/render.py`` turns that JSON into docs/*.md and plots.
+Benchmarks measure and write JSON; ``python -m benchmarks.pages`` turns that JSON into docs/*.md and plots.
 Nothing in vitpos/ imports this folder.
 """
 
@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from benchmarks.rules import option_leaves, pos_rule_of
 
 if TYPE_CHECKING:
     from vitpos.config import Config
@@ -168,8 +170,6 @@ def has_pos_params(spec: str) -> bool:
 def at_default_rule(run: dict, budget: dict) -> bool:
     """Whether a run of docs/results.json trained with the default position rule its budget names, and with its
     scheme's default options."""
-    from vitpos.optim import pos_rule_of
-
     return pos_rule_of(run) == pos_rule_of(budget, "default_") and not run.get("pos_kwargs")
 
 
@@ -177,8 +177,6 @@ def run_name(pos: str, stem: str, seed: int, rule: dict, opts: dict | None = Non
     """The run folder of a scheme with position parameters: lrS, then -wdW (a decay towards zero, the first
     measured) or -wdW-start, then -rampE, then each scheme option it sets (-localityL); the names of runs recorded
     before a field existed stay as they were."""
-    from vitpos.config import option_leaves
-
     decay = rule["pos_weight_decay"]
     pull = f"-wd{decay:g}" + ("" if rule["pos_decay_to"] == "zero" else f"-{rule['pos_decay_to']}") if decay else ""
     ramp = f"-ramp{rule['pos_lr_warmup_epochs']:g}" if rule["pos_lr_warmup_epochs"] else ""

@@ -1,7 +1,7 @@
 """The position-scheme study on Fashion-MNIST (real data, offline): every scheme over seeds, then its transfer; JSON.
 
     apt-get install dataset-fashion-mnist           # the data, once (Debian's package; no download)
-    python -m benchmarks.fashion_mnist --jobs 2     # docs/fashion_mnist.json; then: python docs/render.py
+    python -m benchmarks.fashion_mnist --jobs 2     # docs/fashion_mnist.json; then: python -m benchmarks.pages
 
 Each run is ``python train.py --config configs/fashion_mnist_study.yaml --pos P --stem S --seed K`` (``--runs`` with
 every seed, ``--single`` with the first), its validation curve kept. One ``python -m vitpos.evaluate`` then sweeps
@@ -35,8 +35,8 @@ from benchmarks.common import (
     transfer_study,
     write_record,
 )
+from benchmarks.rules import POS_RULE, pos_rule_of
 from vitpos.config import Config
-from vitpos.optim import POS_RULE, pos_rule_of
 
 CONFIG = "configs/fashion_mnist_study.yaml"
 NEWEST = ["alibi2d:patch", "lookhere:patch", "rope2d-norm:patch", "liere:patch"]  # with the first seed

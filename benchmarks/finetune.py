@@ -2,7 +2,7 @@
 fine-tune there (``train.py --init-from``); JSON.
 
     python -m benchmarks.results      # the 32 px runs (docs/results.json)
-    python -m benchmarks.finetune     # docs/finetune.json; then: python docs/render.py (docs/resolution.md)
+    python -m benchmarks.finetune     # docs/finetune.json; then: python -m benchmarks.pages (docs/resolution.md)
 
 For every run of docs/results.json at the default rule with a seed in ``--seeds``: one ``python -m vitpos.evaluate``
 tests the last checkpoints at each ``--sizes`` with every transfer method on the whole test split; then
@@ -36,7 +36,7 @@ from benchmarks.common import (
     transfer_study,
     write_record,
 )
-from vitpos.optim import pos_rule_of
+from benchmarks.rules import pos_rule_of
 
 
 def main(argv: list[str] | None = None) -> int:

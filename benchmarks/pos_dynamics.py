@@ -1,6 +1,6 @@
 """How the position parameters move: `learned` alone and beside RoPE, under the default rule and the rule off; JSON.
 
-    python -m benchmarks.pos_dynamics --jobs 2     # docs/pos_dynamics.json; then: python docs/render.py
+    python -m benchmarks.pos_dynamics --jobs 2     # docs/pos_dynamics.json; then: python -m benchmarks.pages
 
 Each run is ``python train.py --pos P --seed 0`` at the default budget, with the default position rule or with it off
 (``--pos-lr-scale 1 --pos-weight-decay 0``). Every run logs ``pos/rms`` (the rms of the position parameters) and
@@ -26,8 +26,8 @@ from benchmarks.common import (
     train_run,
     write_record,
 )
+from benchmarks.rules import pos_rule, pos_rule_of
 from vitpos.config import Config
-from vitpos.optim import pos_rule, pos_rule_of
 
 RUNS = ["learned:patch", "rope2d+learned:patch"]
 RULE_OFF = ["--pos-lr-scale", "1", "--pos-weight-decay", "0"]

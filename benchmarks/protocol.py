@@ -24,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.common import MAIN_RUNS, ROOT, write_record
-from vitpos.optim import pos_rule_of
+from benchmarks.rules import pos_rule_of
 
 RULE_KEYS = ("pos_lr_scale", "pos_weight_decay", "pos_decay_to", "pos_lr_warmup_epochs")
 

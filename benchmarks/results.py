@@ -1,6 +1,6 @@
 """Train every position scheme on the embedded `shapes` set with the default budget, over seeds; write JSON.
 
-    python -m benchmarks.results --jobs 2           # docs/results.json; then: python docs/render.py
+    python -m benchmarks.results --jobs 2           # docs/results.json; then: python -m benchmarks.pages
 
 Each run is ``python train.py --pos P --stem S --seed K`` with nothing else. The six main runs get every seed, every
 other scheme the first seed, and the ``--top`` of those by validation top-1 every seed too (chosen once and kept in
@@ -36,9 +36,9 @@ from benchmarks.common import (
     train_run,
     write_record,
 )
+from benchmarks.rules import pos_rule, pos_rule_of
 from vitpos import POS_SCHEMES
 from vitpos.config import Config
-from vitpos.optim import pos_rule, pos_rule_of
 
 OTHERS = [f"{p}:patch" for p in POS_SCHEMES if f"{p}:patch" not in MAIN_RUNS]
 DEFAULT = Config().optim

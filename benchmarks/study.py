@@ -47,8 +47,8 @@ from benchmarks.common import (
     train_run,
     write_record,
 )
+from benchmarks.rules import pos_rule_of
 from vitpos.config import Config
-from vitpos.optim import pos_rule_of
 
 SIZES = ["24", "32", "48", "64", "128"]
 

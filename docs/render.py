@@ -24,8 +24,8 @@ from scipy.stats import t as student_t
 
 DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent))  # run as a script: this checkout's vitpos first
-from vitpos.config import Config, option_leaves  # noqa: E402
-from vitpos.optim import pos_rule_of  # noqa: E402
+from benchmarks.rules import option_leaves, pos_rule_of  # noqa: E402
+from vitpos.config import Config  # noqa: E402
 from vitpos.resolution import resolution_label  # noqa: E402
 
 CHANCE, BAG_CEILING = 0.125, 0.25  # `shapes`: 8 classes; a model blind to patch order tells 2 of them apart

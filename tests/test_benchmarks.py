@@ -360,7 +360,7 @@ def test_results_page_says_what_each_rule_leaves_short(bench):
 def test_results_page_says_which_other_schemes_have_every_seed(bench):
     import render
 
-    from vitpos.optim import pos_rule_of
+    from benchmarks.rules import pos_rule_of
 
     record = json.loads((ROOT / "docs" / "results.json").read_text())
     default = pos_rule_of(record["budget"], "default_")  # the runs the page's headline holds
@@ -517,7 +517,7 @@ def test_fashion_mnist_page_says_where_its_runs_differ_from_the_defaults(bench, 
     trains the defaults; at the defaults the page says nothing of the kind."""
     import render
 
-    from vitpos.optim import POS_RULE
+    from benchmarks.rules import POS_RULE
 
     d = json.loads((ROOT / "docs" / "fashion_mnist.json").read_text())
     o = render.Config().optim

@@ -87,13 +87,6 @@ PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-t
 ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")
 
 
-def option_leaves(opts: dict[str, Any]) -> list[tuple[str, Any]]:
-    """Scheme options (``ModelConfig.pos_kwargs``) as sorted (key, value) leaves, a composition's parts' options by
-    their own keys: {"relbias": {"locality": 0}} gives [("locality", 0)]. What names and groups runs by their
-    options."""
-    return sorted(kv for k, v in opts.items() for kv in (option_leaves(v) if isinstance(v, dict) else [(k, v)]))
-
-
 @dataclass
 class ModelConfig:
     pos: str = opt("rope2d", "position scheme", choices=pos_names)

@@ -85,23 +85,6 @@ class AdamW(torch.optim.AdamW):
         return loss
 
 
-POS_RULE = ("pos_lr_scale", "pos_weight_decay", "pos_decay_to", "pos_lr_warmup_epochs")  # OptimConfig's fields
-
-
-def pos_rule(scale: float, decay: float = 0.0, decay_to: str = "zero", ramp: float = 0.0) -> dict[str, Any]:
-    """The position rule as its fields, with one spelling for rules that train alike: a target only with a decay
-    ("none" without one), a ramp only where the scale is not 1. The defaults are what a run meant before a field
-    existed (checkpoint formats < 4): no decay, towards zero, no ramp."""
-    values = float(scale), float(decay), decay_to if decay else "none", float(ramp) if scale != 1 else 0.0
-    return dict(zip(POS_RULE, values, strict=True))
-
-
-def pos_rule_of(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """The rule a record names with ``prefix`` + POS_RULE keys (a config's optim section, a study's run record),
-    each field it lacks taken as before that field existed."""
-    return pos_rule(*(record.get(prefix + k, d) for k, d in zip(POS_RULE, (1.0, 0.0, "zero", 0.0), strict=True)))
-
-
 def pos_ramp(step: int, ramp: int, scale: float) -> float:
     """The position group's own LR factor on top of the schedule: it trains at the plain lr at step 0 (1 / scale of
     its group's lr), rising linearly to lr x scale at step ``ramp``."""
