@@ -30,21 +30,21 @@ bench-results: .venv
 bench-resolution: .venv
 	$(PY) -m benchmarks.resolution_transfer
 
-# Each measures and writes docs/<page>.json; docs/render.py writes the pages from it.
+# Each measures and writes docs/<page>.json; python -m benchmarks.pages writes the pages from it.
 bench-throughput: .venv
-	$(PY) -m benchmarks.throughput --repeats 3 --steps 1 --warmup 1 --batch-size 32 --data-images 256 && $(PY) docs/render.py
+	$(PY) -m benchmarks.throughput --repeats 3 --steps 1 --warmup 1 --batch-size 32 --data-images 256 && $(PY) -m benchmarks.pages
 
 bench-compile: .venv
-	$(PY) -m benchmarks.throughput --compile --grids 8 --eval-img-sizes 32 48 64 --repeats 3 && $(PY) docs/render.py
+	$(PY) -m benchmarks.throughput --compile --grids 8 --eval-img-sizes 32 48 64 --repeats 3 && $(PY) -m benchmarks.pages
 
 bench-export: .venv
-	$(PY) -m benchmarks.export --threads 1 --batch-size 16 --steps 1 --repeats 3 && $(PY) docs/render.py
+	$(PY) -m benchmarks.export --threads 1 --batch-size 16 --steps 1 --repeats 3 && $(PY) -m benchmarks.pages
 
 bench-data: .venv
-	$(PY) -m benchmarks.data_loading --images 400 --repeats 5 && $(PY) docs/render.py
+	$(PY) -m benchmarks.data_loading --images 400 --repeats 5 && $(PY) -m benchmarks.pages
 
 bench-diagnostics: .venv
-	$(PY) -m benchmarks.diagnostics && $(PY) docs/render.py
+	$(PY) -m benchmarks.diagnostics && $(PY) -m benchmarks.pages
 
 .PHONY: train test lint format slow notebooks bench-results bench-resolution bench-throughput bench-compile \
 	bench-export bench-data bench-diagnostics

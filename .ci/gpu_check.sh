@@ -34,5 +34,5 @@ step throughput 150 $bench --img-sizes 224 256 512 --batch-size 256 256 128 --re
   --data-images 64 --out "$OUT/performance.json"
 step compile 150 $bench --compile --img-sizes 224 --eval-img-sizes 224 320 --batch-size 256 --schemes rope2d relbias \
   --repeats 3 --steps 5 --warmup 2 --out "$OUT/performance_compile.json"
-$PY docs/render.py "$OUT"  # the pages, from the JSON written there
+$PY -m benchmarks.pages "$OUT"  # the pages, from the JSON written there
 exit $status

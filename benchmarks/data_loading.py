@@ -1,7 +1,7 @@
 """Input-pipeline cost per CPU core: the same JPEGs read as an ImageFolder and streamed from shards (JSON only).
 
     python -m benchmarks.data_loading --images 400 --repeats 5     # docs/data.json
-    python docs/render.py                                          # docs/data.md
+    python -m benchmarks.pages                                     # docs/data.md
 
 ImageNet-like JPEGs are written, sharded with ``vitpos.data.shard`` and read through the training pipeline of
 ``configs/imagenet.yaml`` in one loader process, with and without the transforms, the four readers round-robin.

@@ -2,7 +2,7 @@
 
     python -m benchmarks.results         # the runs this reads (docs/results.json)
     python -m benchmarks.diagnostics     # docs/diagnostics.json and docs/diagnostics/<run>/
-    python docs/render.py                # docs/diagnostics.md
+    python -m benchmarks.pages           # docs/diagnostics.md
 
 ``vitpos.diagnose.diagnose`` on ``last.ckpt`` of every seed-0 run of docs/results.json at the default position
 rule (its lr scale, decay and ramp): patch-shuffle top-1, attention distance per block, pictures. A run whose

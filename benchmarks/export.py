@@ -1,7 +1,7 @@
 """CPU inference img/s of the exported ONNX file under onnxruntime against eager PyTorch (JSON only).
 
     python -m benchmarks.export --threads 1 --batch-size 16 --steps 1 --repeats 3   # docs/export.json
-    python docs/render.py                                                           # docs/export.md
+    python -m benchmarks.pages                                                      # docs/export.md
 
 One ONNX file per scheme (``vitpos.export``, dynamic height and width), timed at every size against eager.
 """

@@ -2,7 +2,7 @@
 
     python -m benchmarks.results                         # trains the runs (docs/results.json)
     python -m benchmarks.resolution_transfer             # sweeps them: docs/resolution.json
-    python docs/render.py                                # docs/resolution.md and resolution.png
+    python -m benchmarks.pages                           # docs/resolution.md and resolution.png
 
 One ``python -m vitpos.evaluate`` sweeps the last checkpoints of docs/results.json's runs at the default position
 rule with a seed in ``--seeds``; also YaRN's per-frequency blend and its two attention temperatures. A checkpoint

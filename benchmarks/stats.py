@@ -31,6 +31,15 @@ def mean_ci(values: Sequence[float], level: float = LEVEL) -> tuple[float, float
     return m, m - h, m + h
 
 
+def separated(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> bool:
+    """Whether the t-intervals of two means are disjoint: the rule of the pages that say "A beats B" without a
+    correction for the page's comparisons. A side with fewer than two runs has no interval and never separates."""
+    if len(a) < 2 or len(b) < 2:
+        return False
+    (_, alo, ahi), (_, blo, bhi) = mean_ci(a, level), mean_ci(b, level)
+    return alo > bhi or blo > ahi
+
+
 @dataclass(frozen=True)
 class Difference:
     """a - b over runs: the mean difference, its interval, the p-value (two-sided) and, once a page's comparisons are

@@ -1,15 +1,40 @@
-"""python -m benchmarks.pages: every page whose JSON is in docs/, and the README's summary table."""
+"""python -m benchmarks.pages [DIR]: every page whose JSON is in docs/ (or DIR), and the README's summary table."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.pages import protocol, summary
+from benchmarks.pages import (
+    data,
+    diagnostics,
+    export,
+    fashion_mnist,
+    performance,
+    performance_compile,
+    pos_dynamics,
+    protocol,
+    resolution,
+    results,
+    summary,
+)
 from benchmarks.pages.common import DOCS, read
 
 README = DOCS.parent / "README.md"
 START, END = "<!-- summary table: python -m benchmarks.pages -->", "<!-- end of summary table -->"
+# docs/<name>.md from docs/<name>.json and the folder the record is in (other records and the figures are there too)
+PAGES: dict[str, Callable[[dict, Path], str]] = {
+    "results": results.render,
+    "resolution": resolution.render,
+    "fashion_mnist": fashion_mnist.render,
+    "performance": performance.render,
+    "performance_compile": performance_compile.render,
+    "export": export.render,
+    "data": data.render,
+    "diagnostics": diagnostics.render,
+    "pos_dynamics": pos_dynamics.render,
+}
 
 
 def readme_with(block: str, text: str) -> str:
@@ -22,7 +47,13 @@ def readme_with(block: str, text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    folder = Path((argv if argv is not None else sys.argv[1:])[0]) if (argv or sys.argv[1:]) else DOCS
+    argv = sys.argv[1:] if argv is None else argv
+    folder = Path(argv[0]) if argv else DOCS
+    for name, render in PAGES.items():
+        record = read(folder / f"{name}.json")
+        if record is not None:  # a page without its JSON is left as it is
+            (folder / f"{name}.md").write_text(render(record, folder))
+            print(f"wrote {folder / name}.md")
     study = read(folder / "study.json")
     proto = read(folder / "protocol.json")
     if proto is not None:

@@ -1,13 +1,22 @@
-"""What the pages share: reading a study's JSON, formatting cells and tables, filling a page's template."""
+"""What the pages share: reading a study's JSON, formatting cells and tables, filling a page's template, naming
+schemes and position rules, the line under a page's title, and drawing a figure."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from statistics import median
 from string import Template
 
-from benchmarks.stats import mean_ci
+import yaml
+
+from benchmarks.rules import option_leaves, pos_rule_of
+from benchmarks.stats import mean_ci, separated
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 HERE = Path(__file__).resolve().parent
@@ -15,18 +24,40 @@ CHANCE, BAG_CEILING = 0.125, 0.25  # `shapes`: 8 classes; a model blind to patch
 
 
 def read(path: Path) -> dict | None:
-    """A benchmark's JSON record, if there is one."""
-    return json.loads(path.read_text()) if path.is_file() else None
+    """A benchmark's JSON record, if there is one (a bare list, such as the evaluator's own resolution.json, is
+    none)."""
+    data = json.loads(path.read_text()) if path.is_file() else None
+    return data if isinstance(data, dict) else None
 
 
-def fill(template: str, **blocks: str) -> str:
-    """The page: its template (beside this file) with every $name replaced; a missing name is an error."""
-    return Template((HERE / template).read_text()).substitute(**blocks).rstrip() + "\n"
+def anchors() -> dict:
+    """The published numbers the pages hold the measurements against (docs/anchors.yaml)."""
+    return yaml.safe_load((DOCS / "anchors.yaml").read_text())
+
+
+def fill(template: str, **blocks: str | None) -> str:
+    """The page: its template (beside this file) with every $name replaced; a missing name is an error. A paragraph
+    that holds a name given as None is left out, and so are the blank lines an empty block leaves."""
+    text = (HERE / template).read_text()
+    gone = [name for name, value in blocks.items() if value is None]
+    kept = [p for p in text.split("\n\n") if not any(re.search(rf"\$\{{?{n}(?!\w)", p) for n in gone)]
+    filled = Template("\n\n".join(kept)).substitute({k: v for k, v in blocks.items() if v is not None})
+    return re.sub(r"\n{3,}", "\n\n", filled).strip("\n") + "\n"
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def fields(record: dict, *keys: str) -> dict[str, str]:
+    """Fields of a record as a template's blocks, each as Python prints it."""
+    return {k: str(record[k]) for k in keys}
+
+
+def lines(items: list[str]) -> str:
+    """A block of lines (a list), empty where there are none."""
+    return "\n".join(items)
 
 
 def pct(v: float) -> str:
@@ -43,8 +74,27 @@ def cell(values: list[float]) -> str:
     return f"{pct(m)} ±{100 * (hi - lo) / 2:.1f}"
 
 
+def interval(values: list[float]) -> str:
+    """'mean [low, high] (n)' in percent, the interval clipped to [0, 100]; one value: 'value (1)'; none: '—'."""
+    if not values:
+        return "—"
+    mean, lo, hi = mean_ci(values)
+    if len(values) < 2:
+        return f"{pct(mean)} (1)"
+    return f"{pct(mean)} [{pct(max(lo, 0.0))}, {pct(min(hi, 1.0))}] ({len(values)})"
+
+
 def signed(v: float) -> str:
     return f"{100 * v:+.1f}"
+
+
+def spread(v: list[float], spec: str) -> str:
+    """The median over rounds, (lowest to highest round)."""
+    return f"{median(v):{spec}}" + (f" ({min(v):{spec}} to {max(v):{spec}})" if len(v) > 1 else "")
+
+
+def per_round(a: list[float], b: list[float]) -> list[float]:
+    return [x / y for x, y in zip(a, b, strict=True)]
 
 
 def machines(*records: list[dict]) -> list[str]:
@@ -52,3 +102,135 @@ def machines(*records: list[dict]) -> list[str]:
     seen = {(r.get("hardware", "?"), r.get("device", "?"), r.get("commit", "?"), r.get("torch", "?"))
             for recs in records for r in recs}  # fmt: skip
     return [f"{h} ({d}), torch {t}, commit {c}" for h, d, c, t in sorted(seen)]
+
+
+def made(d: dict) -> str:
+    """The line under a page's title: the command that measured, the machine and, where recorded, its load."""
+    m = d["machine"]
+    where = f"{m['date']}, {m['cpu']}, {m['cores']} cores, torch {m['torch']}"
+    if "load_average" in d:
+        where += f", 1-minute load average {d['load_average'][0]:g} at the start"
+        if d["load_average"][0] > m["cores"] and "repeats" in d:  # a timed benchmark: rounds, round-robin
+            where += (
+                f" (over {m['cores']}: other work shared the machine, so the ratios within a round are what compare)"
+            )
+    return f"Made by `{d['command']}`, then `python -m benchmarks.pages`: {where}."
+
+
+def hardware_line(runs: list[dict], who: str = "the fine-tuning runs") -> str:
+    """Where ``runs`` trained, as their results.json name it (with how many on each), if any of them does."""
+    count = Counter(r.get("hardware") for r in runs)
+    named = [(hw, n) for hw, n in count.most_common() if hw]
+    if not named:
+        return ""
+    where = ", ".join(f"{hw} ({n} run{'s' if n > 1 else ''})" for hw, n in named)
+    # records a study kept from an invocation older than the hardware field
+    older = f"; not recorded for {count[None]} older ones" if count[None] else ""
+    return f" Where {who} trained: {where}{older}."
+
+
+# -- schemes and position rules ----------------------------------------------------------------------------------
+def label(pos: str, stem: str) -> str:
+    """A scheme as a page names it: POS, or POS|OPTIONS for a run with scheme options (see ``scheme_of``)."""
+    pos, _, opts = pos.partition("|")
+    return f"`{pos}`" + (f" ({opts})" if opts else "") + (" (conv stem)" if stem == "conv" else "")
+
+
+def scheme_of(r: dict) -> str:
+    """A run's scheme as a key: POS, and |KEY=VALUE, ... where it set scheme options (a composition's part's
+    options by their own keys), so runs with other options are not pooled with the scheme's defaults."""
+    opts = [f"{k}={v:g}" for k, v in option_leaves(r.get("pos_kwargs") or {})]
+    return r["pos"] + ("|" + ", ".join(opts) if opts else "")
+
+
+def run_rule(r: dict, prefix: str = "") -> tuple:
+    """A run's position rule (``prefix`` "default_": the default a budget names), as a key."""
+    return tuple(pos_rule_of(r, prefix).values())
+
+
+def epochs_text(n: float) -> str:
+    return f"{n:g} epoch{'' if n == 1 else 's'}"
+
+
+def rule_label(rule: tuple, default: tuple) -> str:
+    """A rule as a column names it: the scale, its ramp, the decay and its target; (default) for the default."""
+    scale, decay, to, ramp = rule
+    ramped = f", ramped over {epochs_text(ramp)}" if ramp else ""
+    pulled = f", {decay:g} to {to}" if decay else ""
+    return f"x {scale:g}{ramped}{pulled}" + (" (default)" if rule == default else "")
+
+
+def rule_words(rule: tuple) -> str:
+    """A position rule in words, with the flags that set it."""
+    scale, decay, decay_to, ramp = rule
+    return (f"position parameters at lr x {scale:g} (`--pos-lr-scale`)"
+            + (f" ramped in over {epochs_text(ramp)} (`--pos-lr-warmup-epochs`)" if ramp else "")
+            + (f" with a decay of {decay:g} towards {'their start' if decay_to == 'start' else 'zero'} "
+               "(`--pos-weight-decay`, `--pos-decay-to`)" if decay else " without decay"))  # fmt: skip
+
+
+def rule_line(names: list[str], results: dict | None, command: str) -> str | None:
+    """The position rule the named runs (folder names) trained under, from docs/results.json; whether the
+    default."""
+    runs = {Path(r["run"]).name: r for r in (results or {}).get("runs", [])}
+    rules = sorted({run_rule(runs[n]) for n in names if n in runs and runs[n].get("pos_params")})
+    if not rules:
+        return None
+    line = "The runs trained their " + "; others their ".join(rule_words(ru) for ru in rules) + "."
+    default = run_rule(results["budget"], "default_")
+    optioned = sorted({scheme_of(runs[n]) for n in names if n in runs and runs[n].get("pos_kwargs")})
+    if rules != [default]:
+        line += f" The default rule differs ({rule_words(default)})."
+    if optioned:
+        named = ", ".join(label(s, "patch") for s in optioned)
+        line += f" Runs with scheme options, not the scheme's defaults: {named}."
+    if rules != [default] or optioned:
+        line += f" `{command}` again takes the runs at the defaults."
+    return line
+
+
+# -- figures ---------------------------------------------------------------------------------------------------
+@contextmanager
+def figure(png: Path, legend: str) -> Iterator:
+    """The axes of a figure drawn without a display, saved to ``png`` with its legend at ``legend``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    yield ax
+    ax.legend(fontsize=7, loc=legend)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def line_style(i: int, markers: str, pos: str, stem: str, what: str = "") -> dict:
+    """The i-th line of a plot: its own marker, solid for the six main runs and dashed after, and its label."""
+    name = pos + (" (conv)" if stem == "conv" else "") + what
+    return {"marker": markers[i % len(markers)], "linestyle": "-" if i < 6 else "--", "label": name}
+
+
+# -- runs over seeds ---------------------------------------------------------------------------------------------
+def comparisons(scored: dict[tuple[str, str], list[float]]) -> list[str]:
+    """One line per (pos, stem) with >= 2 seeds: whom it beats (disjoint 95 % intervals) and whom it does not."""
+    scored = {k: v for k, v in scored.items() if len(v) >= 2}
+    keys = sorted(scored, key=lambda k: -mean_ci(scored[k])[0])
+    out = []
+    for i, a in enumerate(keys):
+        beaten = [label(*b) for b in keys[i + 1 :] if separated(scored[a], scored[b])]
+        tied = [label(*b) for b in keys[i + 1 :] if not separated(scored[a], scored[b])]
+        if beaten:
+            tail = f"; not separated from {', '.join(tied)}" if tied else ""
+            out.append(f"- {label(*a)} beats {', '.join(beaten)}{tail}.")
+        elif tied:
+            out.append(f"- {label(*a)} is not separated from {', '.join(tied)}.")
+    return out
+
+
+def run_row(key: tuple[str, str], runs: list[dict], *more: str) -> list[str]:
+    """A scheme's runs over seeds: test and best validation top-1, ``more`` cells, the mean train time."""
+    secs = sum(r["train_seconds"] for r in runs) / len(runs)
+    return [label(*key), interval([r["test_top1"] for r in runs]), interval([r["best_val_top1"] for r in runs]),
+            *more, f"{secs:.0f} s"]  # fmt: skip
