@@ -32,3 +32,39 @@ def run_notebook(name: str, monkeypatch=None, timeout: int = 180, **env: str) ->
     runner = notebook_runner()
     nb = runner.execute(ROOT / "notebooks" / name, timeout=timeout, MPLBACKEND="Agg", **env)
     return "".join(runner.text_outputs(nb))
+
+
+# -- the pages of the benchmarks' records ------------------------------------------------------------------------
+def record(**fields) -> dict:
+    """A benchmark's JSON record as common.write_record writes it, around ``fields``."""
+    machine = {"date": "2026-01-02", "cpu": "a test CPU", "cores": 2, "torch": "2.0"}
+    return {"command": "python benchmarks/x.py --flag", "machine": machine, "load_average": [0.5, 0.4, 0.3], **fields}
+
+
+def tables(page: str) -> list[list[list[str]]]:
+    """Every markdown table on ``page``: its rows (the header first) as cells."""
+    found, current = [], None
+    for line in page.splitlines() + [""]:
+        if line.startswith("|"):
+            if not line.startswith("|---"):
+                current = (current or []) + [[c.strip() for c in line.strip("|").split("|")]]
+        elif current is not None:
+            found.append(current)
+            current = None
+    return found
+
+
+def rows(page: str) -> list[list[str]]:
+    """The rows of every table on ``page``, headers included, in order."""
+    return [row for t in tables(page) for row in t]
+
+
+def items(page: str) -> list[str]:
+    """The list items ("- ...") on ``page``."""
+    return [line[2:] for line in page.splitlines() if line.startswith("- ")]
+
+
+def transfer_record(scheme: str, side: int, top1: float, seed: int = 0, ckpt: str | None = None) -> dict:
+    return {"checkpoint": ckpt or f"/runs/{scheme}-seed{seed}/checkpoints/last.ckpt", "scheme": scheme,
+            "stem": "patch", "method": "m", "default_method": True, "height": side, "width": side, "top1": top1,
+            "seed": seed}  # fmt: skip

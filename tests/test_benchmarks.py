@@ -1,20 +1,23 @@
-"""The benchmarks' plumbing, and the pages docs/render.py makes from their JSON (with its statistics)."""
+"""The benchmarks' plumbing: runs and sweeps reused or made again, records kept, and what each study's page shows
+of them (the pages alone: test_pages_records.py)."""
 
 from __future__ import annotations
 
 import importlib
 import json
 import os
-import shutil
+import re
 from pathlib import Path
 
 import pytest
-from helpers import ROOT  # noqa: E402
+from helpers import ROOT, record, rows, tables, transfer_record
+
+from benchmarks.pages import __main__ as pages
+from benchmarks.pages import common, fashion_mnist, pos_dynamics, resolution
 
 
 @pytest.fixture
 def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "docs"))  # render.py, beside the pages it writes
     from benchmarks import common
 
     return common
@@ -87,128 +90,7 @@ def test_a_transfer_study_sweeps_only_checkpoints_it_has_not_measured(bench, tmp
     assert measured[-1] == ["rope2d-seed0"]  # another image count and grid: the temperatures again
 
 
-def test_mean_ci_is_the_t_interval_and_separation_needs_disjoint_intervals(bench):
-    import render
-
-    mean, lo, hi = render.mean_ci([0.90, 0.92, 0.94])
-    assert mean == pytest.approx(0.92) and hi - mean == pytest.approx(4.303 * 0.02 / 3**0.5, rel=1e-4)
-    assert lo == pytest.approx(2 * mean - hi)
-    assert all(v != v for v in render.mean_ci([0.5])[1:])  # one seed: no interval
-    assert render.separated([0.90, 0.91, 0.92], [0.80, 0.81, 0.82])
-    assert not render.separated([0.90, 0.91, 0.92], [0.88, 0.90, 0.95])  # overlapping intervals
-    assert not render.separated([0.99], [0.10, 0.11])  # one seed: never "beats"
-    assert render.interval([0.5]) == "50.0 (1)" and render.interval([]) == "–"  # a cell with no runs
-
-
-@pytest.mark.parametrize("page", ["results", "resolution", "fashion_mnist", "performance", "export", "data",
-                                  "pos_dynamics"])  # fmt: skip
-def test_docs_pages_are_rendered_from_their_json(bench, tmp_path, page):
-    import render
-
-    for src in (ROOT / "docs").glob("*.json"):  # a page may read another page's record (plots go to tmp_path)
-        shutil.copy(src, tmp_path)
-    made = render.PAGES[page](json.loads((tmp_path / f"{page}.json").read_text()), tmp_path)
-    assert made == (ROOT / "docs" / f"{page}.md").read_text()  # the page says what its data says
-
-
-def test_data_page_derives_workers_from_the_published_throughput(bench):
-    import render
-
-    per_core = json.loads((ROOT / "docs" / "data.json").read_text())["measured"]["shards"]["img_per_cpu_s"]
-    need = render.GPUS_PER_NODE * render.anchors()["vit_s16_train_throughput"]["train_img_per_s"]
-    workers = render.workers_needed(per_core, need / render.GPUS_PER_NODE)
-    assert (workers - 1) * per_core < need <= workers * per_core  # the fewest one-core workers that keep up
-
-
-def test_comparisons_say_beats_only_where_intervals_separate(bench):
-    import render
-
-    lines = render.comparisons({
-        ("a", "patch"): [0.90, 0.91, 0.92],
-        ("b", "patch"): [0.80, 0.81, 0.82],
-        ("c", "patch"): [0.70, 0.85, 0.95],
-        ("d", "patch"): [0.99],  # one seed: never compared
-    })  # fmt: skip
-    assert lines[0] == "- `a` beats `b`; not separated from `c`."
-    assert "`d`" not in "".join(lines) and not any(line.startswith("- `b` beats") for line in lines)
-
-
-def record(**data) -> dict:
-    """A benchmark's JSON record as common.write_record writes it, around ``data``."""
-    machine = {"date": "2026-01-02", "cpu": "a test CPU", "cores": 2, "torch": "2.0"}
-    return {"command": "python benchmarks/x.py --flag", "machine": machine, "load_average": [0.5, 0.4, 0.3], **data}
-
-
-def rows(page: str) -> list[list[str]]:
-    """The body rows of every markdown table on ``page``, as cells."""
-    lines = [ln for ln in page.splitlines() if ln.startswith("|") and not ln.startswith("| ---")]
-    return [[c.strip() for c in ln.strip("|").split("|")] for ln in lines]
-
-
-DIAGNOSTICS = record(num_images=64, runs=[
-    {"run": "rope2d-patch-lr30-seed0", "patch_shuffle": {"top1": 0.996, "top1_shuffled": 0.219, "drop": 0.777},
-     "pictures": ["rope_kernel.png", "attention_distance.png"], "attention_distance": [3.981, 4.1, 4.276]},
-    {"run": "none-patch-seed0", "patch_shuffle": {"top1": 0.336, "top1_shuffled": 0.336, "drop": 0.0},
-     "pictures": ["attention_distance.png"], "attention_distance": [4.114, 4.151]},
-])  # fmt: skip
-COMPILE = record(model="tiny", dims={"embed_dim": 192, "depth": 6, "num_heads": 3}, patch_size=4, dtype="fp32",
-                 gpu=None, threads=2, warmup=2, repeats=3, steps=3, rows=[
-    {"scheme": "rope2d", "mode": "train", "grid": 8, "first_call_s": 17.62,
-     "eager_img_s": [100.0, 110.0, 90.0], "compiled_img_s": [120.0, 121.0, 99.0]},
-    {"scheme": "rope2d", "mode": "eval", "grid": 12, "first_call_s": 8.8,
-     "eager_img_s": [200.0, 210.0, 190.0], "compiled_img_s": [250.0, 210.0, 209.0]},
-])  # fmt: skip
-
-
-def test_diagnostics_page_shows_each_runs_numbers_and_links_its_pictures(bench, tmp_path):
-    import render
-
-    page = render.PAGES["diagnostics"](DIAGNOSTICS, tmp_path)
-    assert rows(page)[1:] == [
-        ["`rope2d-patch-lr30-seed0`", "99.6 %", "21.9 %", "+77.7 pts", "3.98 / 4.28",
-         "[rope_kernel](diagnostics/rope2d-patch-lr30-seed0/rope_kernel.png) "
-         "[attention_distance](diagnostics/rope2d-patch-lr30-seed0/attention_distance.png)"],
-        ["`none-patch-seed0`", "33.6 %", "33.6 %", "+0.0 pts", "4.11 / 4.15",
-         "[attention_distance](diagnostics/none-patch-seed0/attention_distance.png)"],
-    ]  # fmt: skip
-    assert "`python benchmarks/x.py --flag`" in page  # the command that measured
-
-
-def test_compile_page_gives_the_medians_and_per_round_speed_ups(bench, tmp_path):
-    import render
-
-    page = render.PAGES["performance_compile"](COMPILE, tmp_path)
-    # speed-ups per round: 1.2, 1.1, 1.1 (train) and 1.25, 1.0, 1.1 (eval): the median, (lowest to highest)
-    assert rows(page)[1:] == [
-        ["`rope2d`", "train", "8x8", "17.6", "100.0", "120.0", "1.10 (1.10 to 1.20)"],
-        ["`rope2d`", "eval", "12x12", "8.8", "200.0", "210.0", "1.10 (1.00 to 1.25)"],
-    ]
-    assert "`python benchmarks/x.py --flag`" in page
-
-
-def test_render_writes_the_pages_whose_json_is_there_and_no_other(bench, tmp_path):
-    import render
-
-    for name, data in (("diagnostics", DIAGNOSTICS), ("performance_compile", COMPILE)):
-        (tmp_path / f"{name}.json").write_text(json.dumps(data))
-    assert render.main([str(tmp_path)]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "diagnostics.json", "diagnostics.md", "performance_compile.json", "performance_compile.md"]  # fmt: skip
-    assert (tmp_path / "diagnostics.md").read_text() == render.PAGES["diagnostics"](DIAGNOSTICS, tmp_path)
-
-
-def test_hardware_line_counts_each_machine_and_the_runs_that_name_none(bench):
-    import render
-
-    runs = [{"hardware": "1 x GPU"}] * 3 + [{"hardware": "1 x CPU"}] + [{}] * 2
-    line = render.hardware_line(runs, "the runs")
-    assert line == " Where the runs trained: 1 x GPU (3 runs), 1 x CPU (1 run); not recorded for 2 older ones."
-    assert render.hardware_line([{}, {}]) == ""  # nothing to say where no run names its machine
-
-
 def test_diagnostics_takes_each_schemes_seed_0_run_at_the_default_rule(bench, tmp_path, monkeypatch):
-    import render
-
     from benchmarks import diagnostics
 
     runs = [("rope2d-patch-seed0", 0, 30.0), ("learned-patch-lr30-seed0", 0, 30.0),  # rope2d: no lr in its name
@@ -245,161 +127,18 @@ def test_diagnostics_takes_each_schemes_seed_0_run_at_the_default_rule(bench, tm
     argv = ["--results", str(tmp_path / "results.json"), "--docs", str(tmp_path), "--num-images", "8"]
     assert diagnostics.main(argv) == 0
     assert seen == ["rope2d-patch-seed0", "learned-patch-lr30-seed0"]
-    page = render.PAGES["diagnostics"](json.loads((tmp_path / "diagnostics.json").read_text()), tmp_path)
+    page = pages.PAGES["diagnostics"](json.loads((tmp_path / "diagnostics.json").read_text()), tmp_path)
     assert [row[:5] for row in rows(page)[1:]] == [
         ["`rope2d-patch-seed0`", "50.0 %", "25.0 %", "+25.0 pts", "3.00 / 4.00"],
         ["`learned-patch-lr30-seed0`", "50.0 %", "25.0 %", "+25.0 pts", "3.00 / 4.00"],
         ["`relbias-patch-lr30-seed0`", "90.0 %", "10.0 %", "+80.0 pts", "2.00 / 2.00"],
     ]
-    assert "The runs trained their position parameters at lr x 30 (`--pos-lr-scale`) without decay." in page
-    assert "The default rule differs" not in page  # these runs are the default's
+    ran = common.rule_words((30.0, 0.0, "none", 0.0))
+    assert ran in page and page.count("position parameters at lr x") == 1  # the default's runs: no other rule named
     # a gone checkpoint with no earlier record: a one-line error, not a page without it
     (tmp_path / "diagnostics.json").write_text(json.dumps(record(num_images=8, runs=[])))
     with pytest.raises(SystemExit):
         diagnostics.main(argv)
-
-
-def test_pages_of_runs_at_another_rule_say_so_and_how_to_take_the_default(bench, tmp_path):
-    import render
-
-    default = {"default_pos_lr_scale": 30.0, "default_pos_weight_decay": 0.3, "default_pos_decay_to": "start"}
-    results = {"budget": default,
-               "runs": [{"run": "runs/x/rope2d-patch-lr30-seed0", "pos_lr_scale": 30.0, "pos_params": True},
-                        {"run": "runs/x/none-patch-seed0", "pos_lr_scale": 30.0, "pos_weight_decay": 0.3,
-                         "pos_decay_to": "start", "pos_params": False}]}  # fmt: skip
-    (tmp_path / "results.json").write_text(json.dumps(results))
-    page = render.PAGES["diagnostics"](DIAGNOSTICS, tmp_path)
-    assert ("The runs trained their position parameters at lr x 30 (`--pos-lr-scale`) without decay. The default "
-            "rule differs (position parameters at lr x 30 (`--pos-lr-scale`) with a decay of 0.3 towards their start "
-            "(`--pos-weight-decay`, `--pos-decay-to`)). `python benchmarks/x.py --flag` again takes the runs at the "
-            "defaults.") in page  # fmt: skip
-    results["budget"] |= {"default_pos_weight_decay": 0.0}
-    (tmp_path / "results.json").write_text(json.dumps(results))
-    page = render.PAGES["diagnostics"](DIAGNOSTICS, tmp_path)
-    assert "The default rule differs" not in page and "again takes" not in page
-    results["runs"][0] |= {"pos": "rope2d", "pos_kwargs": {"theta": 10}}  # the rule's default, not the scheme's
-    (tmp_path / "results.json").write_text(json.dumps(results))
-    assert ("without decay. Runs with scheme options, not the scheme's defaults: `rope2d` (theta=10). "
-            "`python benchmarks/x.py --flag` again takes the runs at the defaults.") in render.PAGES["diagnostics"](
-        DIAGNOSTICS, tmp_path)  # fmt: skip
-
-
-def test_results_page_holds_every_rule_against_the_default(bench):
-    """The headline holds the default rule's runs only; every rule measured gets a column, and the default is held
-    against the rule off and against its scale alone, by intervals where both have seeds."""
-    import render
-
-    def run(pos: str, seed: int, top1: float, scale: float = 30.0, **rule) -> dict:
-        return {"spec": f"{pos}:patch", "pos": pos, "stem": "patch", "seed": seed, "pos_lr_scale": scale,
-                "pos_params": True, "best_val_top1": top1, "test_top1": top1, "train_top1": 1.0,
-                "train_seconds": 1.0, **rule}  # fmt: skip
-
-    default = {"pos_weight_decay": 0.3, "pos_decay_to": "start"}
-    record = json.loads((ROOT / "docs" / "results.json").read_text())
-    record["budget"] |= {f"default_{k}": v for k, v in (default | {"pos_lr_scale": 30.0}).items()}
-    record["budget"]["default_pos_lr_warmup_epochs"] = 0.0  # this test's default: no ramp
-    record["runs"] = [run("learned", k, 0.95 + k / 100, **default) for k in range(3)]
-    record["runs"] += [run("learned", k, 0.90 + k / 100) for k in range(3)]  # older records: no decay named
-    record["runs"] += [run("learned", 0, 0.30, scale=1.0)]
-    record["runs"] += [run("learned", 0, 0.97, pos_weight_decay=1.0, pos_decay_to="start", pos_lr_warmup_epochs=3)]
-    record["runs"] += [run("peg", 0, 0.60, **default), run("peg", 0, 0.30, pos_weight_decay=0.3)]  # to zero
-    page = render.render_results(record, ROOT / "docs")
-    lines = page.splitlines()
-    assert "| `learned` | 96.0 [93.5, 98.5] (3) | 96.0 [93.5, 98.5] (3) | 100.0 [100.0, 100.0] (3) | 1 s |" in lines
-    header = next(line for line in lines if line.startswith("| scheme | x 1 |"))
-    assert header == ("| scheme | x 1 | x 30 | x 30, 0.3 to zero | x 30, 0.3 to start (default) | "
-                      "x 30, ramped over 3 epochs, 1 to start |")  # fmt: skip
-    assert "| `learned` | 30.0 (1) | 91.0 [88.5, 93.5] (3) | – | 96.0 [93.5, 98.5] (3) | 97.0 (1) |" in lines
-    assert "| `peg` | – | – | 30.0 (1) | 60.0 (1) | – |" in lines
-    assert "| `learned` | it (one seed) below the default's 95 % interval | default above |" in lines
-    assert "| `peg` | – | – |" in lines  # nothing to hold it against
-
-
-def test_rule_columns_have_one_order_whatever_the_hash_seed(bench):
-    """Two rules that differ in one field only never tie (a tie would leave their columns in a set's hash order)."""
-    import render
-
-    base = (30.0, 0.3, "start", 0.0)
-    for i, other in ((0, 10.0), (1, 1.0), (2, "zero"), (3, 1.0), (3, 3.0)):
-        rule = (*base[:i], other, *base[i + 1 :])
-        assert render.rule_order(rule) != render.rule_order(base)
-    assert render.rule_order((30.0, 0.3, "start", 1.0)) < render.rule_order((30.0, 0.3, "start", 3.0))
-
-
-def test_results_page_says_what_each_rule_leaves_short(bench):
-    """Per rule: `learned`/`relbias` seeds under 90 %, and the schemes below the rule off's interval (one seed:
-    below its low end; seeds on both sides: only where the intervals separate)."""
-    import render
-
-    def run(pos: str, seed: int, top1: float, scale: float = 30.0, **rule) -> dict:
-        return {"spec": f"{pos}:patch", "pos": pos, "stem": "patch", "seed": seed, "pos_lr_scale": scale,
-                "pos_params": True, "best_val_top1": top1, "test_top1": top1, "train_top1": 1.0,
-                "train_seconds": 1.0, "pos_weight_decay": 0.3, "pos_decay_to": "start", **rule}  # fmt: skip
-
-    ramp = {"pos_lr_warmup_epochs": 3.0}
-    record = json.loads((ROOT / "docs" / "results.json").read_text())
-    record["budget"] |= {"default_pos_lr_scale": 30.0, "default_pos_weight_decay": 0.3,
-                         "default_pos_decay_to": "start", "default_pos_lr_warmup_epochs": 0.0}  # fmt: skip
-    off = {"pos_weight_decay": 0.0, "pos_decay_to": "none"}
-    record["runs"] = [run("relbias", k, 0.99) for k in range(3)] + [run("relbias", 1, 0.25, **ramp)]
-    record["runs"] += [run("learned", 0, 0.95), run("learned", 0, 0.89, **ramp)]
-    record["runs"] += [run("rope2d+learned", k, v) for k, v in enumerate((0.95, 0.96, 0.97))]
-    record["runs"] += [run("rope2d+learned", k, v, scale=1.0, **off) for k, v in enumerate((0.990, 0.992, 0.991))]
-    record["runs"] += [run("rope2d+learned", 0, 0.985, **ramp)]  # one seed under the low end: short
-    record["runs"] += [run("cpb", k, v) for k, v in enumerate((0.90, 0.97, 0.99))]  # mean under, not separated
-    record["runs"] += [run("cpb", k, v, scale=1.0, **off) for k, v in enumerate((0.98, 0.985, 0.99))]
-    lines = render.render_results(record, ROOT / "docs").splitlines()
-    assert ("| x 30, 0.3 to start (default) | none | `rope2d+learned` 96.0 [93.5, 98.5] (3) against [98.9, 99.3] | 10 |"
-            in lines)  # fmt: skip
-    assert (
-        "| x 30, ramped over 3 epochs, 0.3 to start | `learned` seed 0 (89.0); `relbias` seed 1 (25.0) | "
-        "`rope2d+learned` 98.5 (1) against [98.9, 99.3] | 3 |"
-    ) in lines
-
-
-def test_results_page_says_which_other_schemes_have_every_seed(bench):
-    import render
-
-    from benchmarks.rules import pos_rule_of
-
-    record = json.loads((ROOT / "docs" / "results.json").read_text())
-    default = pos_rule_of(record["budget"], "default_")  # the runs the page's headline holds
-
-    def run(pos: str, seed: int) -> dict:
-        return {"spec": f"{pos}:patch", "pos": pos, "stem": "patch", "seed": seed, **default, "pos_params": True,
-                "best_val_top1": 0.9, "test_top1": 0.9, "train_seconds": 1.0}  # fmt: skip
-
-    record |= {"main_runs": ["learned:patch"], "top_others": ["cpb:patch"]}
-    record["runs"] = [run(pos, k) for pos in ("learned", "cpb", "peg") for k in range(3)]
-    assert "; so is every other scheme," in render.render_results(record, ROOT / "docs")
-    record["runs"] += [run("liere", 0)]  # one other with seed 0 only: the page names those with more
-    page = render.render_results(record, ROOT / "docs")
-    assert "; so is every other scheme," not in page and "; `peg` has further seeds" in page
-    record["runs"] += [run("alibi2d", k) for k in range(3)]
-    assert "; `peg`, `alibi2d` have further seeds" in render.render_results(record, ROOT / "docs")
-
-
-def transfer_record(scheme: str, side: int, top1: float, seed: int = 0, ckpt: str | None = None) -> dict:
-    return {"checkpoint": ckpt or f"/runs/{scheme}-seed{seed}/checkpoints/last.ckpt", "scheme": scheme,
-            "stem": "patch", "method": "m", "default_method": True, "height": side, "width": side, "top1": top1,
-            "seed": seed}  # fmt: skip
-
-
-def test_published_claims_are_judged_by_the_intervals_here(bench):
-    """A published 'A above B' is 'agrees' or 'disagrees' only where the intervals separate."""
-    import render
-
-    recs = [transfer_record("lookhere", 64, v, k) for k, v in enumerate((0.80, 0.82, 0.81))]
-    recs += [transfer_record("rope2d", 64, v, k) for k, v in enumerate((0.40, 0.42, 0.41))]
-    recs += [transfer_record("rope2d-norm", 64, v, k) for k, v in enumerate((0.20, 0.21, 0.22))]
-    recs += [transfer_record("liere", 64, 0.5), transfer_record("learned", 64, 0.4)]  # one seed each
-    recs += [transfer_record(k, 96, 0.3) for k in ("lookhere", "rope2d")]  # one seed each: never a verdict
-    text = "\n".join(line for b in render.published_section(recs, 32) for line in ([b] if isinstance(b, str) else b))
-    assert "- At 64 px (2x), `lookhere` above `rope2d`: agrees." in text
-    assert "- At 96 px (3x), `lookhere` above `rope2d`: not separated (+0.0 points, one seed)." in text
-    assert "- At 64 px (2x), `rope2d-norm` above `rope2d`: disagrees." in text
-    assert "`liere` above `learned` (published at 276 px): not separated (+10.0 points, one seed)." in text
-    assert "`rope2d-mixed` above `learned` (published at 276 px): not measured here." in text
 
 
 def test_resolution_study_keeps_the_records_of_runs_whose_checkpoints_are_gone(bench, tmp_path, monkeypatch):
@@ -515,22 +254,24 @@ def test_fashion_mnist_study_under_another_rule_reuses_only_the_schemes_without_
 def test_fashion_mnist_page_says_where_its_runs_differ_from_the_defaults(bench, tmp_path):
     """Runs under another rule than the default, or with scheme options, are named as such, with the command that
     trains the defaults; at the defaults the page says nothing of the kind."""
-    import render
-
     from benchmarks.rules import POS_RULE
 
     d = json.loads((ROOT / "docs" / "fashion_mnist.json").read_text())
-    o = render.Config().optim
+    o = fashion_mnist.Config().optim
     d["budget"] |= dict(zip(POS_RULE, (o.pos_lr_scale, o.pos_weight_decay, o.pos_decay_to, o.pos_lr_warmup_epochs)))
     d["runs"] = [r | {"pos_kwargs": {}} for r in d["runs"]]
-    assert "again trains" not in render.render_fashion_mnist(d, tmp_path)
+    command = f"`{d['command']}`"
+    page = fashion_mnist.render(d, tmp_path)
+    assert page.count(command) == 1  # only under the title: nothing to train again
     d["runs"][0]["pos_kwargs"] = {"theta": 10}
-    page = render.render_fashion_mnist(d, tmp_path)
-    named = render.label(render.scheme_of(d["runs"][0]), "patch")  # e.g. `rope2d` (theta=10)
-    assert f"these runs set scheme options that are not the defaults: {named}" in page
-    assert "The default rule now differs" not in page
+    page = fashion_mnist.render(d, tmp_path)
+    named = common.label(common.scheme_of(d["runs"][0]), "patch")  # e.g. `rope2d` (theta=10)
+    assert named in page and page.count(command) == 2  # the runs with options named, and the command that retrains
+    assert page.count("position parameters at lr x") == 1  # the one rule: these runs' and the default
     d["budget"]["pos_lr_warmup_epochs"] = o.pos_lr_warmup_epochs + 1
-    assert "The default rule now differs (position parameters at lr x" in render.render_fashion_mnist(d, tmp_path)
+    page = fashion_mnist.render(d, tmp_path)
+    now, ran = (common.rule_words(common.run_rule(r)) for r in (vars(o), d["budget"]))
+    assert now in page and ran in page and now != ran and page.count(command) == 2
 
 
 def finetune_here(bench, tmp_path: Path, monkeypatch, runs: list[dict]):
@@ -550,8 +291,6 @@ def finetune_here(bench, tmp_path: Path, monkeypatch, runs: list[dict]):
 
 
 def test_finetune_study_tests_directly_and_fine_tunes_each_run_and_renders(bench, tmp_path, monkeypatch):
-    import render
-
     runs = [{"run": f"runs/rope2d-patch-seed{k}", "pos": "rope2d", "stem": "patch", "seed": k, "pos_lr_scale": 30.0,
              "pos_weight_decay": 0.0, "test_top1": 0.99} for k in (0, 1)]  # fmt: skip
     finetune = finetune_here(bench, tmp_path, monkeypatch, runs)
@@ -578,22 +317,15 @@ def test_finetune_study_tests_directly_and_fine_tunes_each_run_and_renders(bench
     argv = ["--results", str(tmp_path / "results.json"), "--json", str(tmp_path / "finetune.json")]
     assert finetune.main([*argv, "--accelerator", "gpu"]) == 0
     assert trained == [(f"rope2d-patch-seed{k}-ft{s}", s) for k in (0, 1) for s in ("32", "48", "64")]
-    text = "\n".join(
-        line
-        for b in render.finetune_section(json.loads((tmp_path / "finetune.json").read_text()), read_json(tmp_path))
-        for line in ([b] if isinstance(b, str) else b)
-    )
-    assert (
-        "| `rope2d` | 99.0 [99.0, 99.0] (2) | 99.0 [99.0, 99.0] (2) | 50.5 [44.1, 56.9] (2) | 90.0 [90.0, 90.0] (2) |"
-        in text
-    )
-    assert "- `rope2d`: fine-tuned above tested directly at 48 and 64 px." in text
-    assert "Where the fine-tuning runs trained: 1 x CPU (4 runs), 1 x GPU (2 runs)." in text  # as results.json says
+    text = resolution.finetune_section(json.loads((tmp_path / "finetune.json").read_text()), read_json(tmp_path))
+    (table,) = tables(text)
+    assert table[1][:5] == ["`rope2d`", "99.0 [99.0, 99.0] (2)", "99.0 [99.0, 99.0] (2)", "50.5 [44.1, 56.9] (2)",
+                            "90.0 [90.0, 90.0] (2)"]  # fmt: skip
+    assert verdicts(text) == {"`rope2d`": ("above", ["48", "64"])}
+    assert re.findall(r"(1 x [GC]PU) \((\d) runs?\)", text) == [("1 x CPU", "4"), ("1 x GPU", "2")]  # results.json's
 
 
 def test_finetune_study_with_runs_keeps_the_records_of_the_schemes_it_leaves_out(bench, tmp_path, monkeypatch):
-    import render
-
     runs = [{"run": f"runs/{pos}-patch{lr}-seed0", "pos": pos, "stem": "patch", "seed": 0, "pos_lr_scale": 30.0,
              "pos_weight_decay": 0.0, "test_top1": 0.9}
             for pos, lr in (("rope2d", ""), ("learned", "-lr30"))]  # fmt: skip
@@ -619,8 +351,8 @@ def test_finetune_study_with_runs_keeps_the_records_of_the_schemes_it_leaves_out
     d = json.loads((tmp_path / "finetune.json").read_text())
     assert sorted(r["scheme"] for r in d["records"]) == ["learned", "rope2d"]  # the left-out run's sweep is kept
     assert kept in d["finetuned"] and stale not in d["finetuned"] and len(d["finetuned"]) == 4
-    text = "\n".join(b if isinstance(b, str) else "\n".join(b) for b in render.finetune_section(d, read_json(tmp_path)))
-    assert "- `learned`: one seed at 64 px, so not compared." in text  # and nothing said of 48 px, where it has none
+    said = verdicts(resolution.finetune_section(d, read_json(tmp_path)))
+    assert said["`learned`"] == ("one seed", ["64"])  # and nothing said of 48 px, where it has none
     with pytest.raises(SystemExit):
         finetune.main([*argv, "--runs", "rope9:patch"])
 
@@ -630,8 +362,6 @@ def test_finetune_study_keeps_an_earlier_defaults_runs_apart_until_the_schemes_c
 ):
     """A scheme whose runs at the default rule have no fine-tuning yet keeps the records of its runs at an earlier
     default, which the page shows in a table of their own; once its current runs are fine-tuned, they go."""
-    import render
-
     rope = {"run": "runs/rope2d-patch-seed0", "pos": "rope2d", "stem": "patch", "seed": 0, "pos_lr_scale": 30.0,
             "pos_weight_decay": 0.0, "test_top1": 0.99, "pos_params": False}  # fmt: skip
     learned = rope | {"run": "runs/learned-patch-lr30-seed0", "pos": "learned", "pos_params": True, "test_top1": 0.9}
@@ -657,11 +387,10 @@ def test_finetune_study_keeps_an_earlier_defaults_runs_apart_until_the_schemes_c
     d = json.loads((tmp_path / "finetune.json").read_text())
     assert {f["run"] for f in d["finetuned"]} == {rope["run"], old["run"]}
     assert sorted(r["scheme"] for r in d["records"]) == ["learned", "learned", "rope2d", "rope2d"]
-    blocks = render.finetune_section(d, read_json(tmp_path))
-    tables = [b for b in blocks if isinstance(b, list) and b and b[0].startswith("| scheme")]
-    assert len(tables) == 1 and "`rope2d`" in tables[0][2] and len(tables[0]) == 3  # the current default's only
-    said = "\n".join(b for b in blocks if isinstance(b, str))
-    assert "fine-tuning runs of an earlier default are not shown" in said and "`learned`" not in said
+    text = resolution.finetune_section(d, read_json(tmp_path))
+    (table,) = tables(text)
+    assert [r[0] for r in table[1:]] == ["`rope2d`"] and "`learned`" not in text  # the current default's only
+    assert re.search(r"^3 .*earlier default", text, re.M)  # the earlier default's runs, counted
 
     (tmp_path / learned["run"] / "checkpoints").mkdir(parents=True)  # its current run, here now
     (tmp_path / learned["run"] / "checkpoints" / "last.ckpt").write_bytes(b"weights")
@@ -669,8 +398,8 @@ def test_finetune_study_keeps_an_earlier_defaults_runs_apart_until_the_schemes_c
     d = json.loads((tmp_path / "finetune.json").read_text())
     assert {f["run"] for f in d["finetuned"]} == {rope["run"], learned["run"]}
     assert old_ckpt not in {r["checkpoint"] for r in d["records"]}
-    blocks = render.finetune_section(d, read_json(tmp_path))
-    assert not any("earlier default" in b for b in blocks if isinstance(b, str))
+    text = resolution.finetune_section(d, read_json(tmp_path))
+    assert "earlier default" not in text and [r[0] for r in tables(text)[0][1:]] == ["`rope2d`", "`learned`"]
 
 
 def test_finetune_study_with_train_missing_trains_the_runs_whose_checkpoints_are_gone_as_results_py_did(
@@ -714,8 +443,6 @@ def test_finetune_study_with_train_missing_trains_the_runs_whose_checkpoints_are
 
 
 def test_finetune_study_keeps_one_protocol_per_folder_and_no_record_of_another(bench, tmp_path, monkeypatch, capsys):
-    import render
-
     runs = [{"run": f"runs/rope2d-patch-seed{k}", "pos": "rope2d", "stem": "patch", "seed": k, "pos_lr_scale": 30.0,
              "pos_weight_decay": 0.0, "test_top1": 0.9} for k in (0, 1)]  # fmt: skip
     finetune = finetune_here(bench, tmp_path, monkeypatch, runs)
@@ -746,8 +473,18 @@ def test_finetune_study_keeps_one_protocol_per_folder_and_no_record_of_another(b
     second = json.loads((tmp_path / "finetune.json").read_text())
     assert second["finetune"][:4] == ["--epochs", "2", "--lr", "0.001"]
     assert {f["run"] for f in second["finetuned"]} == {runs[0]["run"]}  # seed 1's records were of the first protocol
-    text = "\n".join(b if isinstance(b, str) else "\n".join(b) for b in render.finetune_section(second, None))
-    assert "after 2 more epochs there" in text and "| 32 px +2 epochs |" in text  # the page states the protocol
+    text = resolution.finetune_section(second, None)
+    assert tables(text)[0][0][2] == "32 px +2 epochs" and "--epochs 2 --lr 0.001" in text  # the protocol it states
+
+
+def verdicts(text: str) -> dict[str, tuple[str, list[str]]]:
+    """The fine-tuning section's verdict per scheme: above / below / not separated / one seed, and at which sizes."""
+    out = {}
+    for item in (line[2:] for line in text.splitlines() if line.startswith("- ")):
+        who, said = item.split(": ", 1)
+        kind = next(k for k in ("above", "below", "not separated", "one seed") if k in said)
+        out[who] = (kind, re.findall(r"\d+", said))
+    return out
 
 
 def read_json(folder: Path) -> dict:
@@ -829,8 +566,6 @@ def test_results_study_with_jobs_trains_at_once_and_records_as_one_at_a_time(ben
 def test_results_study_trains_scheme_options_apart_and_its_page_keeps_them_apart(bench, tmp_path, monkeypatch):
     """A sweep item's KEY=VALUE (PART.KEY=VALUE in a composition) reaches train.py as --pos-kwarg, names the run
     folder and the record, and the page shows those runs in their own row, never pooled with the scheme's defaults."""
-    import render
-
     from benchmarks import results
 
     monkeypatch.setattr(results, "ROOT", tmp_path)
@@ -853,10 +588,10 @@ def test_results_study_trains_scheme_options_apart_and_its_page_keeps_them_apart
     assert "--pos-kwarg" not in flags_of["relbias-patch-lr30-wd0.3-start-ramp5-seed1"]  # the default's own run
     record = json.loads((tmp_path / "results.json").read_text())
     assert [r.get("pos_kwargs") for r in record["runs"]] == [None, None, {"locality": 0}, {"relbias": {"locality": 0}}]
-    lines = render.render_results(record, ROOT / "docs").splitlines()
-    assert "| `relbias` | 99.0 [99.0, 99.0] (2) | 99.0 [99.0, 99.0] (2) | 100.0 [100.0, 100.0] (2) | 1 s |" in lines
-    assert not any(line.startswith("| `relbias` (locality=0) | 30.0") for line in lines)  # not in the headline
-    rules = next(line for line in lines if line.startswith("| x 30, ramped over 5 epochs, 0.3 to start (default) |"))
+    headline, _, _, short = tables(pages.PAGES["results"](record, ROOT / "docs"))
+    assert headline[1:] == [["`relbias`", "99.0 [99.0, 99.0] (2)", "99.0 [99.0, 99.0] (2)", "100.0 [100.0, 100.0] (2)",
+                             "1 s"]]  # not the runs with options  # fmt: skip
+    rules = next(r[1] for r in short if r[0] == "x 30, ramped over 5 epochs, 0.3 to start (default)")
     assert "`relbias` (locality=0) seed 1 (30.0)" in rules and "`relbias` seed" not in rules
 
 
@@ -924,8 +659,6 @@ def test_pos_dynamics_study_keeps_each_runs_curves_and_its_page_compares_them_st
 ):
     """Each scheme under the default rule and the rule off; the page gives, per rule, the ratio of its curves to
     `learned`'s at every step both logged, and says they move alike only where every ratio is within the bar."""
-    import render
-
     from benchmarks import pos_dynamics as pd
 
     monkeypatch.setattr(pd, "ROOT", tmp_path)
@@ -954,9 +687,9 @@ def test_pos_dynamics_study_keeps_each_runs_curves_and_its_page_compares_them_st
     by = {(r["pos"], r["rule"]): r for r in d["runs"]}
     assert by["learned", "off"]["pos_lr_scale"] == 1.0 < by["learned", "default"]["pos_lr_scale"]
     assert by["learned", "off"]["step"] == list(range(0, 600, 10))  # the validation row left out
-    page = render.PAGES["pos_dynamics"](d, tmp_path)
+    page = pages.PAGES["pos_dynamics"](d, tmp_path)
     compared = [r for r in rows(page) if r[0] == "`rope2d+learned` / `learned`"]
     same = f"{ratio:.2f} ({ratio:.2f} to {ratio:.2f})"  # median (lowest to highest) over the steps
     assert [r[2:] for r in compared] == [[same, same, "95.0 / 90.0"]] * 2
-    assert ("move like those of `learned`" in page) == (ratio < render.ALIKE)
+    assert ("`rope2d+learned` under the default rule" in page) == (ratio < pos_dynamics.ALIKE)
     assert (tmp_path / "pos_dynamics.png").is_file()

@@ -15,7 +15,7 @@ import statistics
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import ROOT  # noqa: E402
+from helpers import tables  # noqa: E402
 
 import vitpos
 import vitpos.attention
@@ -263,11 +263,9 @@ def test_cuda_sdpa_runs_on_a_fused_kernel(name):
 
 def test_throughput_benchmark_quick_record_renders(tmp_path, monkeypatch):
     """benchmarks/throughput.py --quick writes its JSON (every contender, per-round rates, memory, FLOPs, the
-    `shapes` rate); docs/render.py makes the page from it."""
-    monkeypatch.syspath_prepend(str(ROOT / "docs"))
-    import render
-
+    `shapes` rate); benchmarks.pages.performance makes the page from it."""
     from benchmarks import throughput
+    from benchmarks.pages import performance
 
     out = tmp_path / "performance.json"
     assert throughput.main(["--quick", "--schemes", "rope2d", "none", "--out", str(out)]) == 0
@@ -277,6 +275,9 @@ def test_throughput_benchmark_quick_record_renders(tmp_path, monkeypatch):
         assert set(g["contenders"]) == {"rope2d", "none", "timm:rope2d"}
         assert all(len(c["img_s"]) == 2 and c["gflops_fwd"] > 0 for c in g["contenders"].values())
     assert data["matmul_peak_tflops"] > 0 and all(g["shapes_img_s"] > 0 for g in data["grids"])
-    text = render.render_performance(data, tmp_path)
-    for g in data["grids"]:  # the page reports every contender's median rate
-        assert all(f"{statistics.median(c['img_s']):.1f}" in text for c in g["contenders"].values())
+    grids = tables(performance.render(data, tmp_path))[:2]
+    for g, table in zip(data["grids"], grids, strict=True):  # every contender's median rate, one row each
+        assert {r[0]: r[1] for r in table[1:]} == {
+            (f"`{n}`" if ":" not in n else n.replace(":", " ")): f"{statistics.median(c['img_s']):.1f}"
+            for n, c in g["contenders"].items()
+        }
