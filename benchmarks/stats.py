@@ -5,7 +5,8 @@ Units are runs (seeds), not images: a seed's top-1 is one observation. A single-
 mean's interval: comparisons need at least two runs on each side (two pairs when paired). A verdict is "above" or
 "below" where the Holm-adjusted p-value over the page's comparisons is below ``ALPHA``; otherwise the difference is
 "not separated", which says the runs cannot tell, never that there is no effect: its interval says how large an
-effect they leave possible.
+effect they leave possible. The pages of docs/results.json, resolution.json and fashion_mnist.json judge by a plainer
+rule, uncorrected: "A beats B" only where the two means' intervals are disjoint (``separated``).
 """
 
 from __future__ import annotations
