@@ -177,48 +177,47 @@ def reruns(study: Study, earlier: dict | None) -> str:
 
 
 def plot(study: Study, png: Path) -> None:
-    """Small multiples: one panel per scheme, top-1 against the size factor, the default and the validation-chosen
-    method in their own colours (zoom solid, canvas dashed), chance and the bag-of-patches ceiling marked; the
-    legend below the panels."""
+    """Small multiples: one panel per scheme, top-1 against the size factor, the validation-chosen method in colour
+    and every other method of the scheme in grey (zoom solid, canvas dashed), chance and the bag-of-patches ceiling
+    marked; the legend below the panels, never over the data."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from vitpos import POS_REGISTRY
-
     n = len(study.specs)
     cols = min(3, max(n, 1))
     rows = max(1, -(-n // cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows + 0.6), sharex=True, sharey=True,
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows + 0.7), sharex=True, sharey=True,
                              squeeze=False)  # fmt: skip
     for ax, spec in zip(axes.flat, study.specs, strict=False):
-        default = POS_REGISTRY[spec.partition(":")[0]].methods[0]
         chosen = study.choices.get(spec, {}).get("method")
-        for regime, style in (("zoom", "-"), ("canvas", "--")):
-            for method, colour in ((default, "tab:blue"), (chosen, "tab:orange")):
+        methods = sorted({m for (s, _, m, _) in study.methods if s == spec}, key=lambda m: m == chosen)
+        for method in methods:  # the chosen one last, on top
+            for regime, style in (("zoom", "-"), ("canvas", "--")):
                 pts = sorted((size / study.train, sum(v.values()) / len(v))
                              for (s, g, m, size), v in study.methods.items()
                              if (s, g, m) == (spec, regime, method) and isinstance(size, int))  # fmt: skip
-                if pts and not (method == chosen == default and colour == "tab:orange"):
-                    ax.plot(*zip(*pts), style, color=colour, marker="o", markersize=3)
-        ax.axhline(CHANCE, color="grey", linestyle=":", linewidth=1)
-        ax.axhline(BAG_CEILING, color="grey", linestyle="-.", linewidth=1)
-        ax.set_title(spec.replace(":patch", "").replace(":conv", " (conv)"), fontsize=9)
+                if pts:
+                    colour, width = ("tab:orange", 2.0) if method == chosen else ("0.65", 1.0)
+                    ax.plot(*zip(*pts), style, color=colour, linewidth=width, marker="o", markersize=3)
+        ax.axhline(CHANCE, color="tab:red", linestyle=":", linewidth=1)
+        ax.axhline(BAG_CEILING, color="tab:blue", linestyle="-.", linewidth=1)
+        ax.set_title(spec.replace(":patch", "").replace(":conv", " (conv stem)"), fontsize=9)
         ax.set_xscale("log", base=2)
         ax.set_ylim(0, 1.02)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    handles = [plt.Line2D([], [], color="tab:blue", label="default method"),
-               plt.Line2D([], [], color="tab:orange", label="validation-chosen method"),
+    handles = [plt.Line2D([], [], color="tab:orange", linewidth=2, label="validation-chosen method"),
+               plt.Line2D([], [], color="0.65", label="the scheme's other methods"),
                plt.Line2D([], [], color="black", linestyle="-", label="zoom"),
                plt.Line2D([], [], color="black", linestyle="--", label="canvas"),
-               plt.Line2D([], [], color="grey", linestyle=":", label="chance"),
-               plt.Line2D([], [], color="grey", linestyle="-.", label="bag-of-patches ceiling")]  # fmt: skip
+               plt.Line2D([], [], color="tab:red", linestyle=":", label="chance (12.5 %)"),
+               plt.Line2D([], [], color="tab:blue", linestyle="-.", label="bag-of-patches ceiling (25 %)")]  # fmt: skip
     fig.supxlabel("test size / training size", fontsize=9)
     fig.supylabel("test top-1", fontsize=9)
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(png, dpi=110)
     plt.close(fig)
 

@@ -161,9 +161,12 @@ SQUEEZE = ("interpolate", "normalized")  # methods that normalise a new grid ont
 
 
 class Rope2dPos(PosScheme):
-    """Axial 2D RoPE on q and k in every block; fixed frequencies, no parameters."""
+    """Axial 2D RoPE on q and k in every block; fixed frequencies, no parameters.
 
-    methods = ("extrapolate", "interpolate", "ntk", "yarn")
+    The default method for a new grid, ``interpolate``, is the one the validation split chose over ``extrapolate``,
+    ``ntk`` and ``yarn`` (docs/protocol.md); ``extrapolate`` is what timm's RoPE ViTs do."""
+
+    methods = ("interpolate", "extrapolate", "ntk", "yarn")
     frame = "grid"
 
     def __init__(

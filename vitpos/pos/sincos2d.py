@@ -25,11 +25,12 @@ def posemb_sincos_2d(ys: Tensor, xs: Tensor, dim: int, temperature: float = 1000
 class SinCos2dPos(PosScheme):
     """Fixed 2D sin-cos table; no parameters.
 
-    Methods for a new grid: ``extrapolate`` uses the integer positions of the new grid;
-    ``interpolate`` scales them onto the training range (position y -> y * H_train / h).
+    Methods for a new grid: ``interpolate`` (the default, chosen on the validation split; docs/protocol.md) scales
+    the new grid's positions onto the training range (position y -> y * H_train / h); ``extrapolate`` uses its
+    integer positions.
     """
 
-    methods = ("extrapolate", "interpolate")
+    methods = ("interpolate", "extrapolate")
     frame = "grid"
 
     def __init__(self, *, temperature: float = 10000.0, **kw):
