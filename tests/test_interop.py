@@ -15,7 +15,7 @@ from PIL import Image
 
 import vitpos
 from vitpos import interop
-from vitpos.config import ConfigError
+from vitpos.errors import ConfigError
 from vitpos.interop import from_timm, rope_dim_order, to_timm
 from vitpos.pos import POS_REGISTRY, POS_SCHEMES
 from vitpos.pretrained import carry, load_pretrained

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from vitpos.checkpoint import FORMAT, load_checkpoint, model_from_checkpoint
-from vitpos.config import ConfigError
+from vitpos.errors import ConfigError
 from vitpos.lit import LitViT
 from vitpos.training import LOCK, RunLock, TrainClock, main, release_lock
 

@@ -23,7 +23,8 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from torch import Tensor
 
-from .config import Config, ConfigError
+from .config import Config
+from .errors import ConfigError
 from .model import ViT, model_from_config
 from .optim import param_groups
 

@@ -13,7 +13,8 @@ import dataclasses
 import typing
 from typing import Any
 
-from .config import Config, ConfigError, apply_preset, check, choices_of, coerce, flag_of, walk
+from .config import Config, apply_preset, check, choices_of, coerce, flag_of, walk
+from .errors import ConfigError
 
 _SECTION_TITLES = {"model": "model", "data": "data", "optim": "optimisation", "trainer": "trainer"}
 

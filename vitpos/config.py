@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from .errors import ConfigError
+
 # Size presets, timm's names and dims (ViT-Ti / S / B), plus `micro` for CPU-sized runs.
 MODEL_PRESETS: dict[str, dict[str, int]] = {
     "micro": {"embed_dim": 128, "depth": 4, "num_heads": 4},
@@ -25,10 +27,6 @@ MODEL_PRESETS: dict[str, dict[str, int]] = {
     "small": {"embed_dim": 384, "depth": 12, "num_heads": 6},
     "base": {"embed_dim": 768, "depth": 12, "num_heads": 12},
 }
-
-
-class ConfigError(ValueError):
-    """A user-facing configuration problem; its message is printed as one line."""
 
 
 def opt(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING,

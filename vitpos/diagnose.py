@@ -44,7 +44,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Subset
 
 from .cli import OneLineParser
-from .config import ConfigError
+from .errors import ConfigError
 from .model import Attention, ViT
 from .pos.base import AttnPos, Grid, grid_coords, turn_qk
 

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from torch.export import Dim, ExportedProgram
 
 from .cli import OneLineParser
-from .config import ConfigError
+from .errors import ConfigError
 from .model import ViT
 from .resolution import parse_resolution, resolution_label, to_hw
 

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .config import ConfigError
+from .errors import ConfigError
 from .model import ViT
 
 # Timm families this module reads, by class name (timm need not be imported to ask).

@@ -28,7 +28,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .config import ConfigError, ModelConfig
+from .config import ModelConfig
+from .errors import ConfigError
 from .model import ViT
 
 WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from .config import ConfigError
+from .errors import ConfigError
 
 Resolution = int | tuple[int, int]  # R (square) or (H, W)
 

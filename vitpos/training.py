@@ -39,8 +39,9 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from .checkpoint import AtomicCheckpointIO, config_from_checkpoint, load_checkpoint
 from .cli import build_parser, config_from_args
-from .config import Config, ConfigError, walk
+from .config import Config, walk
 from .data import build_datamodule
+from .errors import ConfigError
 from .lit import LitViT
 
 _OUT_ENV = "VITPOS_RUN_OUT"  # hands the chosen run folder to the processes Lightning's DDP launcher starts

@@ -11,7 +11,8 @@ Usage::
 
 from __future__ import annotations
 
-from ..config import ConfigError, DataConfig
+from ..config import DataConfig
+from ..errors import ConfigError
 from .base import VitposDataModule
 from .digits import DigitsDataModule
 from .imagefolder import ImageFolderDataModule

@@ -29,7 +29,8 @@ import torch.nn.functional as F
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, Sampler
 
-from ..config import ConfigError, DataConfig
+from ..config import DataConfig
+from ..errors import ConfigError
 from ..regime import Window
 from ..resolution import to_hw
 from .resumable import EpochPosition, EpochSeedSampler, ResumableLoader

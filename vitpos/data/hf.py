@@ -23,7 +23,8 @@ from typing import Any
 from PIL import Image
 from torch.utils.data import Dataset
 
-from ..config import ConfigError, DataConfig
+from ..config import DataConfig
+from ..errors import ConfigError
 from .base import VitposDataModule, holdout_split
 from .torchvision_sets import IMAGENET_MEAN, IMAGENET_STD
 

@@ -20,7 +20,8 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 from torchvision.datasets import ImageFolder
 
-from ..config import ConfigError, DataConfig
+from ..config import DataConfig
+from ..errors import ConfigError
 from .base import VitposDataModule
 from .torchvision_sets import IMAGENET_MEAN, IMAGENET_STD
 

@@ -29,7 +29,7 @@ from typing import ClassVar
 from torch.utils.data import Dataset
 from torchvision import datasets as tvd
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from .base import cache_dir
 from .torchvision_sets import TorchvisionDataModule
 

@@ -67,7 +67,8 @@ import torch
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
-from ..config import ConfigError, DataConfig
+from ..config import DataConfig
+from ..errors import ConfigError
 from ..regime import Window
 from ..resolution import to_hw
 from .base import VitposDataModule

@@ -39,7 +39,8 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset, Subset
 
 from ..cli import OneLineParser
-from ..config import ConfigError, DataConfig
+from ..config import DataConfig
+from ..errors import ConfigError
 from .base import SPLITS, VitposDataModule
 from .shards import FORMAT, META
 

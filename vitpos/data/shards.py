@@ -38,7 +38,8 @@ from typing import Any
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
-from ..config import ConfigError, DataConfig
+from ..config import DataConfig
+from ..errors import ConfigError
 from .base import TransformDataset, VitposDataModule
 from .transforms import train_transform
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from torch.utils.data import Dataset, Subset
 from torchvision import datasets as tvd
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from .base import VitposDataModule, cache_dir, holdout_split
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)

@@ -19,7 +19,8 @@ from timm.data import rand_augment_transform
 from torchvision.transforms import InterpolationMode, v2
 from torchvision.transforms.v2 import functional as F
 
-from ..config import ConfigError, DataConfig
+from ..config import DataConfig
+from ..errors import ConfigError
 from ..regime import Window
 from ..resolution import to_hw
 

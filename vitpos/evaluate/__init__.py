@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..resolution import parse_resolution, to_hw
 from .report import (
     RESULT_FILES,

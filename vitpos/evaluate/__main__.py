@@ -9,7 +9,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 
 from ..cli import OneLineParser
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..regime import PLACES, REGIMES, Canvas
 from ..resolution import parse_resolution
 from .report import markdown_table, sweep_and_write

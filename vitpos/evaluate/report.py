@@ -12,7 +12,7 @@ from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_only
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..resolution import Resolution, resolution_label
 from .sweep import EvalData, _note, sweep
 

@@ -24,7 +24,8 @@ from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
-from ..config import Config, ConfigError
+from ..config import Config
+from ..errors import ConfigError
 from ..model import ViT
 from ..regime import REGIMES, Canvas, Window
 from ..resolution import Resolution, parse_resolution, resolution_label, to_hw
