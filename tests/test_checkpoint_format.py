@@ -12,8 +12,7 @@ from timm.layers import apply_rot_embed_cat
 
 import vitpos.pos.base
 from vitpos.checkpoint import FORMAT, config_from_checkpoint, load_checkpoint, model_from_checkpoint
-from vitpos.config import Config, ConfigError
-from vitpos.model import model_from_config
+from vitpos.config import Config, ConfigError, model_from_config
 from vitpos.optim import param_groups
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -179,3 +178,21 @@ def test_upgrading_a_checkpoint_does_not_need_the_lightning_module(tmp_path):
         f"import sys, vitpos.checkpoint as c; c.load_checkpoint({str(path)!r}); sys.exit('vitpos.lit' in sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], check=True)
+
+
+def test_each_migration_is_a_pure_function_of_the_dict(tmp_path):
+    """A step returns a new dict and leaves the one it was given as it was (weights, moments and config)."""
+    from vitpos.migrations import MIGRATIONS, migrate
+
+    path, _ = old_checkpoint(tmp_path, "rope2d", class_token=True)  # format 1: every step has work to do
+    ckpt = torch.load(path, weights_only=True)
+    before = torch.load(path, weights_only=True)
+    out = migrate(ckpt)
+    assert out["vitpos_format"] == FORMAT == len(MIGRATIONS) + 1
+    assert ckpt.keys() == before.keys() and ckpt["hyper_parameters"] == before["hyper_parameters"]
+    assert all(torch.equal(v, before["state_dict"][k]) for k, v in ckpt["state_dict"].items())
+    moments = [m for opt in ckpt["optimizer_states"] for m in opt["state"].values()]
+    moments_before = [m for opt in before["optimizer_states"] for m in opt["state"].values()]
+    assert all(torch.equal(a["exp_avg"], b["exp_avg"]) for a, b in zip(moments, moments_before, strict=True))
+    qkv = "model.blocks.0.attn.qkv.weight"
+    assert not torch.equal(out["state_dict"][qkv], ckpt["state_dict"][qkv])  # while the result is migrated
