@@ -18,8 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import vitpos
 from vitpos import diagnose as dg
-from vitpos.config import Config
-from vitpos.model import model_from_config
+from vitpos.config import Config, model_from_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--embed-dim", "32", "--depth", "1", "--num-heads", "2", "--batch-size", "16", "--train-size", "64",

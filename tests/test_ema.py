@@ -12,10 +12,9 @@ import torch.nn.functional as F
 
 import vitpos
 from vitpos.checkpoint import EMA_PREFIX, load_checkpoint, model_from_checkpoint
-from vitpos.config import Config, ConfigError
+from vitpos.config import Config, ConfigError, model_from_config
 from vitpos.data import build_datamodule
 from vitpos.lit import LitViT
-from vitpos.model import model_from_config
 from vitpos.training import main
 
 TINY = ["--embed-dim", "32", "--depth", "1", "--num-heads", "2", "--batch-size", "16", "--train-size", "64",

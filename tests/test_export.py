@@ -136,7 +136,7 @@ def test_a_method_that_branches_on_the_grid_is_exported_for_fixed_sizes(tmp_path
     assert {k: v.name for k, v in report.files.items()} == {"24x48": "m_24x48.onnx"}
     assert list(report.checked) == ["24x48"] and report.max_rel_diff <= RTOL
     said = " ".join(summary_lines(report, model))  # what the command prints
-    assert "NOT dynamic in height and width" in said and "--resolution" in said and ": ok" in said
+    assert "NOT dynamic in height and width" in said and "--resolutions" in said and ": ok" in said
     x = torch.randn(3, 3, 24, 48)  # a dynamic batch: 3 images although it was traced with 2
     with torch.no_grad():
         assert relative_difference(run_onnx(report.files["24x48"], x), model(x)) <= RTOL
@@ -181,7 +181,7 @@ def write_checkpoint(path, pos: str = "rope2d") -> vitpos.ViT:
     cfg = Config()
     cfg.model.pos, cfg.model.embed_dim, cfg.model.num_heads, cfg.model.depth = pos, 32, 4, 1
     cfg.model.num_classes = 5
-    from vitpos.model import model_from_config
+    from vitpos.config import model_from_config
 
     torch.manual_seed(0)
     model = model_from_config(cfg)
@@ -193,7 +193,7 @@ def write_checkpoint(path, pos: str = "rope2d") -> vitpos.ViT:
 def test_cli_writes_a_checked_dynamic_file(tmp_path, capsys):
     model = write_checkpoint(tmp_path / "m.ckpt", "learned")
     out = tmp_path / "deploy" / "m.onnx"
-    assert main(["--ckpt", str(tmp_path / "m.ckpt"), "--out", str(out), "--resolution", "40x24"]) == 0
+    assert main(["--ckpt", str(tmp_path / "m.ckpt"), "--out", str(out), "--resolutions", "40x24"]) == 0
     printed = capsys.readouterr().out
     assert "learned (bicubic): dynamic batch, height and width" in printed
     assert "40x24" in printed and ": ok" in printed

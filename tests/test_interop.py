@@ -200,8 +200,7 @@ def test_relbias_prefix_bias_fills_class_rows_and_columns_in_order(tiny):
 
 def test_checkpoint_from_before_prefix_bias_still_loads(tmp_path):
     """relbias with a class token once had fixed zero class rows; such a checkpoint loads and computes the same."""
-    from vitpos.config import Config
-    from vitpos.model import model_from_config
+    from vitpos.config import Config, model_from_config
 
     cfg = Config()
     cfg.model.pos, cfg.model.class_token, cfg.model.num_classes = "relbias", True, 5

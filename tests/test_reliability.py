@@ -686,7 +686,7 @@ def test_checkpoints_have_the_permissions_of_every_other_file(good_ckpt):
 def test_quiet_logs_keep_real_warnings():
     import warnings
 
-    from vitpos.training import quiet_logs
+    from vitpos.cli import quiet_logs
 
     quiet_logs()
     with warnings.catch_warnings(record=True) as caught:

@@ -16,10 +16,9 @@ import torch
 import vitpos
 from vitpos.checkpoint import load_checkpoint, model_from_checkpoint
 from vitpos.cli import build_parser, config_from_args
-from vitpos.config import Config, ConfigError
+from vitpos.config import Config, ConfigError, model_from_config
 from vitpos.data import build_datamodule
 from vitpos.lit import LitViT
-from vitpos.model import model_from_config
 from vitpos.optim import param_groups
 from vitpos.pos.rope2d import Rope2dPos
 from vitpos.stems import ConvStem
@@ -292,7 +291,8 @@ def test_every_config_field_is_type_checked(section, name, tp, tmp_path):
 
 
 def test_help_lists_every_field_with_its_choices_and_default(capsys):
-    from vitpos.config import choices_of, flag_of, walk
+    from vitpos.cli import choices_of
+    from vitpos.config import flag_of, walk
 
     parser = build_parser()
     actions = {a.option_strings[0]: a for a in parser._actions if a.option_strings}
@@ -340,7 +340,8 @@ def test_each_flag_sets_its_field(monkeypatch):
     import typing
 
     from vitpos import cli
-    from vitpos.config import choices_of, flag_of, walk
+    from vitpos.cli import choices_of
+    from vitpos.config import flag_of, walk
 
     monkeypatch.setattr(cli, "validate", lambda cfg: None)  # the values here are about routing, not sense
     for name, section, f in walk(Config()):

@@ -10,13 +10,68 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import typing
+import warnings
+from collections.abc import Sequence
 from typing import Any
 
-from .config import Config, apply_preset, check, choices_of, coerce, flag_of, walk
+import torch
+
+from .config import Config, apply_preset, check, coerce, flag_of, walk
+from .data import DATA_NAMES, HF_PREFIX, is_data_name
 from .errors import ConfigError
+from .pos import POS_SCHEMES, build_pos
+from .pos.base import parse_pos_aug
+from .stems import STEMS
 
 _SECTION_TITLES = {"model": "model", "data": "data", "optim": "optimisation", "trainer": "trainer"}
+
+
+def strategy_names() -> tuple[str, ...]:
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    return ("auto", *StrategyRegistry.available_strategies())
+
+
+# The names each registry a config field takes its value from (``opt(registry=...)``) offers, as the help shows them.
+REGISTRIES = {
+    "pos": lambda: tuple(POS_SCHEMES),
+    "stem": lambda: tuple(STEMS),
+    "data": lambda: (*DATA_NAMES, f"{HF_PREFIX}NAME_OR_PATH"),
+    "strategy": strategy_names,
+}
+
+
+def choices_of(f: dataclasses.Field) -> tuple[str, ...] | None:
+    """A field's valid names (its fixed choices, or its registry's), or None when any value of its type goes."""
+    registry = f.metadata.get("registry")
+    return REGISTRIES[registry]() if registry else f.metadata.get("choices")
+
+
+def is_choice(f: dataclasses.Field, value: str) -> bool:
+    """Whether ``value`` is one of the field's names (for the data set: a registered name or hf:NAME_OR_PATH)."""
+    if f.metadata.get("registry") == "data":
+        return is_data_name(value)
+    return value in (choices_of(f) or (value,))
+
+
+def quiet_logs() -> None:
+    """Silence Lightning's banners and tips (its info messages) and the warnings known to be harmless here.
+
+    Lightning's own warnings (rank_zero_warn) and every other warning still show."""
+    # (fabric's distributed module: "Initializing distributed: ...", one line per rank)
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda",
+                 "lightning.fabric.utilities.rank_zero", "lightning.fabric.utilities.distributed"):  # fmt: skip
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for message in (
+        r".*does not have many workers.*",  # num_workers=0 is the CPU default here, on purpose
+        r".*smaller than the logging interval.*",  # small sets: fewer batches than log_every_n_steps
+        r".*LeafSpec.*",  # a deprecation inside Lightning's own pytree use
+        r".*Experiment logs directory .* exists and is not empty.*",  # resumed runs append on purpose
+        r".*Checkpoint directory .* exists and is not empty.*",  # idem
+    ):
+        warnings.filterwarnings("ignore", message=message)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -36,28 +91,33 @@ def _optional(convert):
     return parse
 
 
-def _help(f: dataclasses.Field, default: Any) -> str:
+def _help(f: dataclasses.Field, default: Any, shown: str | None = None) -> str:
     text = f.metadata.get("help", "")
     choices = choices_of(f)
     if choices:
         text += f" {{{', '.join(choices)}}}"
-    if "(default:" in text:  # the field says what its default means (e.g. a folder chosen at run time)
+    if shown is None and "(default:" in text:  # the field says what its default means (a folder chosen at run time)
         return text.replace("%", "%%")
-    if isinstance(default, bool):
-        shown = "on" if default else "off"
-    elif default is None or default == [] or default == {}:
-        shown = "none"
-    elif isinstance(default, tuple | list):
-        shown = " ".join(map(str, default))
-    else:
-        shown = str(default)
+    if shown is None:
+        shown = _shown(default)
     return f"{text} (default: {shown})".strip().replace("%", "%%")
 
 
-def _add_field(group, f: dataclasses.Field, tp: Any) -> None:
-    """One flag for one field, its argparse shape derived from the field's type."""
+def _shown(default: Any) -> str:
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    if default is None or default == [] or default == {}:
+        return "none"
+    if isinstance(default, tuple | list):
+        return " ".join(map(str, default))
+    return str(default)
+
+
+def _add_field(group, f: dataclasses.Field, tp: Any, shown: str | None = None, **more: Any) -> None:
+    """One flag for one field, its argparse shape derived from the field's type; ``shown``: what the help says an
+    absent flag means (default: the field's default); ``more``: further add_argument keywords."""
     flag, default = flag_of(f), f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-    kw: dict[str, Any] = {"dest": f.name, "help": _help(f, default)}
+    kw: dict[str, Any] = {"dest": f.name, "help": _help(f, default, shown), **more}
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     optional = type(None) in args
     if optional:
@@ -105,6 +165,43 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _field(name: str) -> tuple[type, dataclasses.Field]:
+    """The section class and field of ``name`` ("section.field")."""
+    section_name, field_name = name.split(".")
+    section = getattr(Config(), section_name)
+    return type(section), next(f for f in dataclasses.fields(section) if f.name == field_name)
+
+
+def add_config_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, names: Sequence[str],
+                     shown: str | None = None, **more: Any) -> None:  # fmt: skip
+    """Flags for the config fields ``names`` ("section.field"), each declared as train.py declares it (one name, help,
+    choices and bounds per setting, shared by every command). An absent flag leaves no attribute in the parsed
+    namespace; ``shown`` is what the help says it means (default: the field's default)."""
+    for name in names:
+        section, f = _field(name)
+        _add_field(parser, f, typing.get_type_hints(section)[f.name], shown, default=argparse.SUPPRESS, **more)
+
+
+def given_fields(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
+    """{"section.field": value} for each of ``names`` given in ``args``, checked as train.py checks it (type,
+    bounds, names; a ConfigError naming the flag otherwise)."""
+    cfg, given = Config(), [n for n in names if n.split(".")[1] in vars(args)]
+    for name in given:
+        section_name, field_name = name.split(".")
+        setattr(getattr(cfg, section_name), field_name, vars(args)[field_name])
+    check_fields(cfg)
+    return {name: getattr(getattr(cfg, name.split(".")[0]), name.split(".")[1]) for name in given}
+
+
+def device_error(accelerator: str) -> str | None:
+    """Why ``--accelerator`` cannot run here, or None."""
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        return f"--accelerator {accelerator}: no CUDA GPU is available here; use --accelerator cpu"
+    if accelerator == "mps" and not torch.backends.mps.is_available():
+        return "--accelerator mps: MPS is not available here; use --accelerator cpu"
+    return None
+
+
 def _parse_value(text: str) -> Any:
     import yaml
 
@@ -144,9 +241,18 @@ def _key_values(items: list[str], flag: str) -> dict[str, Any]:
     return out
 
 
+def check_fields(cfg: Config) -> None:
+    """Every field on its own: type, finiteness, bounds and names (fixed or from a registry)."""
+    check(cfg)
+    for _, section, f in walk(cfg):
+        value = getattr(section, f.name)
+        if f.metadata.get("registry") and value is not None and not is_choice(f, value):
+            raise ConfigError(f"unknown {flag_of(f)} '{value}'; valid: {', '.join(choices_of(f))}")
+
+
 def validate(cfg: Config) -> None:
     """Check types, names and numbers up front, so a bad value fails in one line before anything runs."""
-    check(cfg)  # every field: type, finite, bounds, choices
+    check_fields(cfg)
     m, t = cfg.model, cfg.trainer
     if m.embed_dim % m.num_heads:
         raise ConfigError(f"--embed-dim {m.embed_dim} is not divisible by --num-heads {m.num_heads}")
@@ -164,9 +270,6 @@ def validate(cfg: Config) -> None:
 
 def _check_scheme_builds(cfg: Config) -> None:
     """Build the position scheme alone (small): its own constraints and options fail here, in one line."""
-    from .pos import build_pos
-    from .pos.base import parse_pos_aug
-
     m = cfg.model
     try:
         aug = parse_pos_aug(m.pos_aug)

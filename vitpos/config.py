@@ -2,7 +2,7 @@
 
 One dataclass per concern, nested in :class:`Config`. The resolved config is saved as
 YAML beside every run and as a plain dict inside every checkpoint, so a checkpoint
-always says how to rebuild its model and data.
+always says how to rebuild its model and data (:func:`model_from_config`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError
+from .model import ViT, create_model
 
 # Size presets, timm's names and dims (ViT-Ti / S / B), plus `micro` for CPU-sized runs.
 MODEL_PRESETS: dict[str, dict[str, int]] = {
@@ -30,55 +31,23 @@ MODEL_PRESETS: dict[str, dict[str, int]] = {
 
 
 def opt(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING,
-        choices: tuple[str, ...] | Callable[[], Sequence[str]] | None = None, flag: str | None = None,
+        choices: tuple[str, ...] | None = None, registry: str | None = None, flag: str | None = None,
         cli: bool = True, resumable: bool = False, ge: float | None = None, gt: float | None = None,
         le: float | None = None, lt: float | None = None) -> Any:  # fmt: skip
     """A config field with what the command line and the checks need, declared once.
 
-    ``help`` and ``choices`` (a tuple, or a function returning the names of a registry) become the
-    flag's help text; ``flag`` overrides the flag name (default: the field name with dashes);
-    ``cli=False`` keeps a field off the command line; ``resumable`` fields may differ from the run's
-    when it is resumed (where and how it runs, not what it trains); ``ge/gt/le/lt`` bound the value
-    (each item of a list).
+    ``help`` and ``choices`` (a fixed tuple of names) become the flag's help text; ``registry`` names the
+    registry whose names the field takes instead ("pos", "stem", "data", "strategy": vitpos.cli resolves and
+    checks them, so the config itself imports no registry); ``flag`` overrides the flag name (default: the
+    field name with dashes); ``cli=False`` keeps a field off the command line; ``resumable`` fields may
+    differ from the run's when it is resumed (where and how it runs, not what it trains); ``ge/gt/le/lt``
+    bound the value (each item of a list).
     """
-    meta = {"help": help, "choices": choices, "flag": flag, "cli": cli, "resumable": resumable,
-            "ge": ge, "gt": gt, "le": le, "lt": lt}  # fmt: skip
+    meta = {"help": help, "choices": choices, "registry": registry, "flag": flag, "cli": cli,
+            "resumable": resumable, "ge": ge, "gt": gt, "le": le, "lt": lt}  # fmt: skip
     if factory is not dataclasses.MISSING:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
-
-
-def pos_names() -> tuple[str, ...]:
-    from .pos import POS_SCHEMES
-
-    return tuple(POS_SCHEMES)
-
-
-def stem_names() -> tuple[str, ...]:
-    from .stems import STEMS
-
-    return tuple(STEMS)
-
-
-class DataNames(tuple):
-    """The registered data set names, plus hf:NAME_OR_PATH, which stands for any Hugging Face set."""
-
-    def __contains__(self, name: object) -> bool:
-        from .data import is_data_name
-
-        return isinstance(name, str) and is_data_name(name)
-
-
-def data_names() -> tuple[str, ...]:
-    from .data import DATA_NAMES, HF_PREFIX
-
-    return DataNames((*DATA_NAMES, f"{HF_PREFIX}NAME_OR_PATH"))
-
-
-def strategy_names() -> tuple[str, ...]:
-    from lightning.pytorch.strategies import StrategyRegistry
-
-    return ("auto", *StrategyRegistry.available_strategies())
 
 
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")
@@ -87,8 +56,8 @@ ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")
 
 @dataclass
 class ModelConfig:
-    pos: str = opt("rope2d", "position scheme", choices=pos_names)
-    stem: str = opt("patch", "patch: Conv2d k=s=p; conv: stacked 3x3 convs", choices=stem_names)
+    pos: str = opt("rope2d", "position scheme", registry="pos")
+    stem: str = opt("patch", "patch: Conv2d k=s=p; conv: stacked 3x3 convs", registry="stem")
     img_size: int = opt(32, "training resolution (pixels)", gt=0)
     patch_size: int = opt(4, "patch side (pixels)", gt=0)
     in_chans: int = opt(3, "input channels (set from the data set)", cli=False, gt=0)
@@ -120,7 +89,7 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    name: str = opt("shapes", "data set (shapes is embedded; the others read --data-dir)", choices=data_names,
+    name: str = opt("shapes", "data set (shapes is embedded; the others read --data-dir)", registry="data",
                     flag="data")  # fmt: skip
     data_dir: str | None = opt(None, "where the data set's files are", resumable=True)
     download: bool = opt(False, "allow downloading the data set", resumable=True)
@@ -201,7 +170,7 @@ class TrainerConfig:
     accelerator: str = opt("cpu", "device type", choices=ACCELERATORS, resumable=True)
     devices: int = opt(1, "devices per node", gt=0)
     num_nodes: int = opt(1, "nodes", gt=0)
-    strategy: str = opt("auto", "Lightning strategy", choices=strategy_names, resumable=True)
+    strategy: str = opt("auto", "Lightning strategy", registry="strategy", resumable=True)
     precision: str = opt("32-true", "numeric precision", choices=PRECISIONS, resumable=True)
     seed: int = opt(0, "random seed")
     out: str | None = opt(None, "run folder (default: a fresh folder under runs/)", resumable=True)
@@ -337,12 +306,6 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
     return value
 
 
-def choices_of(f: dataclasses.Field) -> tuple[str, ...] | None:
-    """A field's valid names (a registry is asked when called), or None when any value of its type goes."""
-    c = f.metadata.get("choices")
-    return c() if callable(c) else c  # a registry's own tuple type may widen membership (DataNames)
-
-
 def flag_of(f: dataclasses.Field) -> str:
     """The command-line flag of a field: ``--`` and its metadata ``flag`` or its name with dashes."""
     return "--" + (f.metadata.get("flag") or f.name.replace("_", "-"))
@@ -357,7 +320,9 @@ def walk(cfg: Config) -> Iterator[tuple[str, Any, dataclasses.Field]]:
 
 
 def check(cfg: Config) -> None:
-    """Type, finiteness, bounds and choices of every field; a ConfigError naming the flag otherwise."""
+    """Type, finiteness, bounds and fixed choices of every field; a ConfigError naming the flag otherwise.
+
+    Names from a registry (``opt(registry=...)``) are checked where the command line is parsed (vitpos.cli)."""
     for name, section, f in walk(cfg):
         hints = typing.get_type_hints(type(section))
         value = coerce(getattr(section, f.name), hints[f.name], f"{name}.{f.name}")
@@ -369,7 +334,7 @@ def check(cfg: Config) -> None:
                 raise ConfigError(f"{flag} must be a finite number, got {v}")
             if isinstance(v, int | float) and not isinstance(v, bool):
                 _check_bounds(flag, v, f.metadata)
-        choices = choices_of(f)
+        choices = f.metadata.get("choices")
         if choices is not None and value is not None and value not in choices:
             raise ConfigError(f"unknown {flag} '{value}'; valid: {', '.join(choices)}")
 
@@ -393,3 +358,14 @@ def apply_preset(model: ModelConfig, preset: str) -> None:
         raise ConfigError(f"unknown --model '{preset}'; valid: {', '.join(MODEL_PRESETS)}")
     for k, v in MODEL_PRESETS[preset].items():
         setattr(model, k, v)
+
+
+def model_from_config(cfg: Config) -> ViT:
+    """The ViT a config describes (the single place config fields become model kwargs)."""
+    m = cfg.model
+    return create_model(m.pos, stem=m.stem, img_size=m.img_size, patch_size=m.patch_size, num_classes=m.num_classes,
+                        embed_dim=m.embed_dim, depth=m.depth, num_heads=m.num_heads, mlp_ratio=m.mlp_ratio,
+                        in_chans=m.in_chans, class_token=m.class_token, global_pool=m.global_pool,
+                        drop_path_rate=m.drop_path_rate, layer_scale_init=m.layer_scale_init,
+                        pos_kwargs=m.pos_kwargs, pos_aug=m.pos_aug, fc_norm=m.fc_norm, qkv_bias=m.qkv_bias,
+                        norm_eps=m.norm_eps)  # fmt: skip

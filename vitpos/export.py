@@ -1,7 +1,7 @@
 """Export a vitpos ViT for deployment: one ONNX file (or ExportedProgram) that serves every resolution.
 
 ```bash
-python -m vitpos.export --ckpt CKPT --out model.onnx [--method NAME] [--resolution R ...]
+python -m vitpos.export --ckpt CKPT --out model.onnx [--method NAME] [--resolutions R ...]
 ```
 
 The model is traced once by ``torch.export`` with the batch, the height and the width dynamic (multiples
@@ -259,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="ONNX file to write (FILE.onnx)")
     p.add_argument("--method", help="transfer method to export (default: the scheme's default)")
     p.add_argument(
-        "--resolution", nargs="+", default=[], metavar="R",
+        "--resolutions", "--resolution", dest="resolutions", nargs="+", default=[], metavar="R",
         help="sizes R or HxW: checked in addition (dynamic export), or exported one file each (fixed grid)",
     )  # fmt: skip
     p.add_argument("--no-check", action="store_true", help="skip the onnxruntime comparison")
@@ -277,7 +277,7 @@ def summary_lines(report: ExportReport, model: ViT) -> list[str]:
         files = ", ".join(f"{label} px -> {path}" for label, path in report.files.items())
         lines = [
             f"{head}: NOT dynamic in height and width ({report.reason}); exported for fixed sizes "
-            f"(dynamic batch): {files}. Pass --resolution R ... for other sizes."
+            f"(dynamic batch): {files}. Pass --resolutions R ... for other sizes."
         ]
     if report.checked:
         sizes = ", ".join(report.checked)
@@ -292,9 +292,9 @@ def summary_lines(report: ExportReport, model: ViT) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        from . import load_model
+        from .checkpoint import load_model
 
-        resolutions = [to_hw(parse_resolution(r)) for r in args.resolution]
+        resolutions = [to_hw(parse_resolution(r)) for r in args.resolutions]
         model = load_model(args.ckpt)
         report = export_onnx(model, args.out, method=args.method, resolutions=resolutions, check=not args.no_check)
     except ConfigError as e:

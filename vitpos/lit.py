@@ -15,8 +15,8 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from .checkpoint import FORMAT
-from .config import Config
-from .model import ViT, model_from_config
+from .config import Config, model_from_config
+from .model import ViT
 from .optim import AdamW, lr_lambdas, param_groups
 
 

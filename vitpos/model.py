@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -17,9 +16,6 @@ from .pos import POS_REGISTRY, AttnPos, PosAug, build_pos
 from .pos.base import mix_qkv, turn_qk
 from .resolution import to_hw
 from .stems import STEMS, build_stem
-
-if TYPE_CHECKING:
-    from .config import Config
 
 QKV_BIAS = ("qkv", "qv", "none")  # bias on q, k and v (ViT); on q and v only (BEiT, EVA); none
 
@@ -260,29 +256,3 @@ def create_model(pos: str = "rope2d", *, stem: str = "patch", img_size: int = 32
     """Build a ViT with position scheme ``pos`` (see ``vitpos.POS_SCHEMES``); timm's size keywords."""
     return ViT(pos=pos, stem=stem, img_size=img_size, patch_size=patch_size, num_classes=num_classes,
                embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio, **more)  # fmt: skip
-
-
-def model_from_config(cfg: Config) -> ViT:
-    """The ViT a config describes (the single place config fields become model kwargs)."""
-    m = cfg.model
-    return create_model(
-        m.pos,
-        stem=m.stem,
-        img_size=m.img_size,
-        patch_size=m.patch_size,
-        num_classes=m.num_classes,
-        embed_dim=m.embed_dim,
-        depth=m.depth,
-        num_heads=m.num_heads,
-        mlp_ratio=m.mlp_ratio,
-        in_chans=m.in_chans,
-        class_token=m.class_token,
-        global_pool=m.global_pool,
-        drop_path_rate=m.drop_path_rate,
-        layer_scale_init=m.layer_scale_init,
-        pos_kwargs=m.pos_kwargs,
-        pos_aug=m.pos_aug,
-        fc_norm=m.fc_norm,
-        qkv_bias=m.qkv_bias,
-        norm_eps=m.norm_eps,
-    )

@@ -16,7 +16,6 @@ import errno
 import fcntl
 import io
 import json
-import logging
 import os
 import platform
 import re
@@ -24,7 +23,6 @@ import shutil
 import signal
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +36,7 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.utilities import rank_zero_warn
 
 from .checkpoint import AtomicCheckpointIO, config_from_checkpoint, load_checkpoint
-from .cli import build_parser, config_from_args
+from .cli import build_parser, config_from_args, quiet_logs
 from .config import Config, walk
 from .data import build_datamodule
 from .errors import ConfigError
@@ -408,24 +406,6 @@ class TrainClock(Callback):
 
     def load_state_dict(self, state_dict: dict[str, float]) -> None:
         self.before = float(state_dict.get("seconds", 0.0))
-
-
-def quiet_logs() -> None:
-    """Silence Lightning's banners and tips (its info messages) and the warnings known to be harmless here.
-
-    Lightning's own warnings (rank_zero_warn) and every other warning still show."""
-    # (fabric's distributed module: "Initializing distributed: ...", one line per rank)
-    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda",
-                 "lightning.fabric.utilities.rank_zero", "lightning.fabric.utilities.distributed"):  # fmt: skip
-        logging.getLogger(name).setLevel(logging.WARNING)
-    for message in (
-        r".*does not have many workers.*",  # num_workers=0 is the CPU default here, on purpose
-        r".*smaller than the logging interval.*",  # small sets: fewer batches than log_every_n_steps
-        r".*LeafSpec.*",  # a deprecation inside Lightning's own pytree use
-        r".*Experiment logs directory .* exists and is not empty.*",  # resumed runs append on purpose
-        r".*Checkpoint directory .* exists and is not empty.*",  # idem
-    ):
-        warnings.filterwarnings("ignore", message=message)
 
 
 def build_trainer(

@@ -38,8 +38,8 @@ from typing import Any
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset, Subset
 
-from ..cli import OneLineParser
-from ..config import DataConfig
+from ..cli import OneLineParser, add_config_flags, given_fields
+from ..config import DataConfig, ModelConfig, TrainerConfig
 from ..errors import ConfigError
 from .base import SPLITS, VitposDataModule
 from .shards import FORMAT, META
@@ -261,22 +261,20 @@ def _say(verbose: bool, msg: str) -> None:
         print(f"vitpos.data.shard: {msg}", file=sys.stderr, flush=True)
 
 
+# Settings shared with train.py, declared once on the config fields (vitpos.cli).
+CONFIG_FLAGS = ("data.data_dir", "data.download", "data.train_size", "data.val_size", "data.test_size",
+                "data.holdout_size", "model.img_size", "trainer.seed")  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m vitpos.data.shard", description="Write a data set's splits as LitData shards.")
-    p.add_argument("--data", required=True, help="data set name as for train.py (imagefolder, cifar10, hf:PATH, ...)")
-    p.add_argument("--data-dir", help="where the source files are (as for train.py)")
+    add_config_flags(p, ["data.name"], required=True)
+    add_config_flags(p, CONFIG_FLAGS)
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--splits", nargs="+", default=list(SPLITS), choices=SPLITS)
     p.add_argument("--workers", type=int, default=max(1, min(8, os.cpu_count() or 1)), help="writer processes")
     p.add_argument("--quality", type=int, help="re-encode every image as JPEG at this quality (default: keep)")
     p.add_argument("--chunk-bytes", default="64MB", help="size of one shard file (LitData's chunk_bytes)")
-    p.add_argument("--img-size", type=int, default=32, help="shapes: the resolution to render at")
-    p.add_argument("--train-size", type=int, help="shapes: number of training images")
-    p.add_argument("--val-size", type=int, help="shapes: number of validation images")
-    p.add_argument("--test-size", type=int, help="shapes: number of test images")
-    p.add_argument("--holdout-size", type=int, help="sets without a val split: images carved from train for val")
-    p.add_argument("--download", action="store_true", help="allow downloading the source set (off by default)")
-    p.add_argument("--seed", type=int, default=0, help="shapes: the seed of the rendered streams")
     p.add_argument("--overwrite", action="store_true", help="delete what --out holds and start afresh")
     p.add_argument("--quiet", action="store_true")
     return p
@@ -284,12 +282,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    cfg = DataConfig(name=args.data, data_dir=args.data_dir, download=args.download)
-    for field in ("train_size", "val_size", "test_size", "holdout_size"):
-        if getattr(args, field) is not None:
-            setattr(cfg, field, getattr(args, field))
     try:
-        meta = write_shards(cfg, args.out, img_size=args.img_size, seed=args.seed, splits=args.splits,
+        given = given_fields(args, ("data.name", *CONFIG_FLAGS))
+        cfg = DataConfig(**{n.split(".")[1]: v for n, v in given.items() if n.startswith("data.")})
+        meta = write_shards(cfg, args.out, img_size=given.get("model.img_size", ModelConfig().img_size),
+                            seed=given.get("trainer.seed", TrainerConfig().seed), splits=args.splits,
                             workers=args.workers, quality=args.quality, chunk_bytes=args.chunk_bytes,
                             overwrite=args.overwrite, verbose=not args.quiet)  # fmt: skip
     except ConfigError as e:
