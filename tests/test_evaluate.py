@@ -42,7 +42,8 @@ def _run_cli(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory) -> Path:
     """Train rope2d for 4 steps through training.run, which also runs its own sweep (the train.py hook)."""
-    from vitpos.training import _OUT_ENV, run
+    from vitpos.rundir import OUT_ENV
+    from vitpos.training import run
 
     out = tmp_path_factory.mktemp("evaluate") / "run"
     cfg = Config()
@@ -52,13 +53,13 @@ def tiny_run(tmp_path_factory) -> Path:
     cfg.optim.epochs = 1
     cfg.trainer.out = str(out)
     cfg.trainer.eval_resolutions = [TRAIN_RES, 24]
-    saved = os.environ.pop(_OUT_ENV, None)  # run() hands its folder on through this variable
+    saved = os.environ.pop(OUT_ENV, None)  # run() hands its folder on through this variable
     try:
         run(cfg)
     finally:
-        os.environ.pop(_OUT_ENV, None)
+        os.environ.pop(OUT_ENV, None)
         if saved is not None:
-            os.environ[_OUT_ENV] = saved
+            os.environ[OUT_ENV] = saved
     return out
 
 
@@ -126,8 +127,10 @@ def test_resolution_label_reads_back_as_the_same_resolution(text):
     assert parse_resolution(resolution_label(r)) == r and resolution_label(to_hw(r)) == resolution_label(r)
 
 
-def test_shard_sampler_covers_every_index_once():
-    shards = [list(ev.ShardSampler(45, r, 4)) for r in range(4)]
+def test_the_evaluation_sampler_covers_every_index_once():
+    from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+
+    shards = [list(UnrepeatedDistributedSampler(range(45), num_replicas=4, rank=r, shuffle=False)) for r in range(4)]
     assert sorted(sum(shards, [])) == list(range(45))
     assert [len(s) for s in shards] == [12, 11, 11, 11]
 

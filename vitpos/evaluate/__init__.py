@@ -27,7 +27,6 @@ from .report import (
 )
 from .sweep import (
     EvalData,
-    ShardSampler,
     TransferEval,
     _eval_config,
     evaluate_model,
@@ -37,7 +36,7 @@ from .sweep import (
 )
 
 __all__ = [
-    "RESULT_FILES", "ConfigError", "EvalData", "ShardSampler", "TransferEval", "_eval_config", "build_parser",
+    "RESULT_FILES", "ConfigError", "EvalData", "TransferEval", "_eval_config", "build_parser",
     "check_out", "default_out", "evaluate_model", "load_records", "main", "make_trainer", "markdown_table",
     "parse_resolution", "plot", "pretrained_config", "run_labels", "sweep", "sweep_and_write", "to_hw",
     "write_results",

@@ -4,8 +4,8 @@ For each job the model's scheme is switched to the method (``model.pos.method = 
 on the evaluation set rendered (``shapes``) or resized (real images) to that resolution.
 
 Distributed evaluation (``--devices N --strategy ddp``) counts every image exactly once: each rank reads
-the shard ``indices[rank::world]`` (no DistributedSampler, which pads with duplicates), and the
-(correct, total) counts are summed across ranks.
+the items ``rank, rank + world, ...`` (Lightning's ``UnrepeatedDistributedSampler``, as training's validation does;
+a DistributedSampler would pad with duplicates), and the (correct, total) counts are summed across ranks.
 """
 
 from __future__ import annotations
@@ -13,16 +13,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, Sampler, Subset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 from ..config import Config
 from ..errors import ConfigError
@@ -76,19 +77,6 @@ def logn_scale(grid: tuple[int, int], train_grid: tuple[int, int]) -> float:
 
 
 # -- distributed counting -------------------------------------------------------------------------
-class ShardSampler(Sampler[int]):
-    """Indices rank, rank + world, ...: every item on exactly one rank, no padding, no duplicates."""
-
-    def __init__(self, length: int, rank: int = 0, world_size: int = 1):
-        self.indices = range(rank, length, world_size)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.indices)
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-
 class TransferEval(L.LightningModule):
     """Counts top-1 hits of ``model`` on one dataloader per (resolution, method).
 
@@ -119,7 +107,8 @@ class TransferEval(L.LightningModule):
             DataLoader(
                 ds,
                 batch_size=self.batch_size,
-                sampler=ShardSampler(len(ds), rank, world),  # type: ignore[arg-type]
+                # rank r reads items r, r + W, ...: each once, no padding (the data module's evaluation sampler)
+                sampler=UnrepeatedDistributedSampler(ds, num_replicas=world, rank=rank, shuffle=False),
                 num_workers=self.num_workers,
             )
             for ds in (job.dataset for job in self.jobs)
