@@ -68,6 +68,7 @@ def quiet_logs() -> None:
         r".*does not have many workers.*",  # num_workers=0 is the CPU default here, on purpose
         r".*smaller than the logging interval.*",  # small sets: fewer batches than log_every_n_steps
         r".*LeafSpec.*",  # a deprecation inside Lightning's own pytree use
+        r".*'set_vital' is deprecated.*",  # a deprecation inside torchdata's StatefulDataLoader
         r".*Experiment logs directory .* exists and is not empty.*",  # resumed runs append on purpose
         r".*Checkpoint directory .* exists and is not empty.*",  # idem
     ):
