@@ -41,17 +41,18 @@ def _headless_one_thread(monkeypatch):
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory) -> Path:
-    from vitpos.training import _OUT_ENV, main
+    from vitpos.rundir import OUT_ENV
+    from vitpos.training import main
 
     out = tmp_path_factory.mktemp("diagnose") / "run"
-    saved = os.environ.pop(_OUT_ENV, None)
+    saved = os.environ.pop(OUT_ENV, None)
     torch.set_num_threads(1)
     try:
         assert main([*TINY, "--pos", "learned", "--out", str(out)]) == 0
     finally:
-        os.environ.pop(_OUT_ENV, None)
+        os.environ.pop(OUT_ENV, None)
         if saved is not None:
-            os.environ[_OUT_ENV] = saved
+            os.environ[OUT_ENV] = saved
     return out / "checkpoints" / "last.ckpt"
 
 

@@ -18,7 +18,7 @@ from vitpos import interop
 from vitpos.errors import ConfigError
 from vitpos.interop import from_timm, rope_dim_order, to_timm
 from vitpos.pos import POS_REGISTRY, POS_SCHEMES
-from vitpos.pretrained import carry, load_pretrained
+from vitpos.pretrained import load_pretrained, transfer_weights
 from vitpos.training import main as train_main
 
 EQUIV_RTOL = 1e-5  # max |vitpos - timm| / max |timm| over the logits
@@ -250,7 +250,7 @@ def test_carry_reproduces_the_transfer_method(pos, tiny):
                 continue
             src.pos.method = m
             dst = tiny(pos, class_token=True, img_size=NEW).eval()
-            carry(src, dst)
+            transfer_weights(src, dst)
             src.pos.method = "+".join(parts)
             assert rel_err(dst(x), src(x)) <= EQUIV_RTOL, (m, rel_err(dst(x), src(x)))
             checked.append(m)
@@ -261,13 +261,13 @@ def test_carry_reinitialises_a_head_for_other_classes(tiny):
     src = randomize(tiny("learned")).eval()
     dst = tiny("learned", num_classes=3, img_size=NEW)
     head = dst.head.weight.clone()
-    notes = carry(src, dst)
+    notes = transfer_weights(src, dst)
     assert any("head re-initialised: 5 classes in the weights, 3 in the data" in n for n in notes)
     assert torch.equal(dst.head.weight, head) and torch.equal(
         dst.blocks[0].attn.qkv.weight, src.blocks[0].attn.qkv.weight
     )
     with pytest.raises(ConfigError, match="do not fit"):
-        carry(src, tiny("learned", embed_dim=16))
+        transfer_weights(src, tiny("learned", embed_dim=16))
 
 
 # -- fine-tuning and evaluation from pretrained weights --------------------------------------------------

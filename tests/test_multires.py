@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
-from lightning.fabric.utilities.data import _replace_dunder_methods
-from lightning.pytorch.utilities.data import _update_dataloader
-from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+from torch.utils.data import DistributedSampler
 
 from vitpos import evaluate as ev
 from vitpos.config import DataConfig
 from vitpos.data import build_datamodule
 from vitpos.data.base import MultiResBatchSampler, batch_resolution
 from vitpos.lit import LitViT
-from vitpos.training import _OUT_ENV, main
+from vitpos.rundir import OUT_ENV
+from vitpos.training import main
 
 RES = [16, 24, 32]
 TINY = ["--embed-dim", "32", "--depth", "1", "--num-heads", "2", "--batch-size", "16", "--train-size", "64",
@@ -90,19 +90,21 @@ def test_ranks_draw_the_same_resolutions_and_the_seed_changes_them():
     assert [batch_resolution(RES, 0, 0, b) for b in range(len(rank0))] == rank0
 
 
-def test_lightning_keeps_the_resolutions_when_it_injects_its_distributed_sampler():
-    """Under DDP Lightning rebuilds the batch sampler around its own DistributedSampler (per rank)."""
-    dm = _datamodule()
-    with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):
-        loader = dm.train_dataloader()  # as Lightning asks for it: init args recorded
-    per_rank = []
+def test_each_rank_takes_its_part_at_the_same_resolutions():
+    """Under DDP the data module gives each rank's training loader its own part of the epoch (the Trainer adds no
+    sampler of its own), every rank at the same resolution batch by batch."""
+    per_rank, seen = [], []
     for rank in (0, 1):
-        injected = _update_dataloader(loader, DistributedSampler(loader.dataset, num_replicas=2, rank=rank))
-        assert isinstance(injected.batch_sampler, MultiResBatchSampler)
-        assert isinstance(injected.batch_sampler.sampler, DistributedSampler)
-        assert injected.batch_sampler.sampler.rank == rank and injected.batch_sampler.resolutions == RES
-        per_rank.append(_sizes(injected))
+        dm = _datamodule()
+        dm.trainer = SimpleNamespace(world_size=2, global_rank=rank)
+        loader = dm.train_dataloader()
+        assert (
+            isinstance(loader.batch_sampler.sampler, DistributedSampler) and loader.batch_sampler.sampler.rank == rank
+        )
+        per_rank.append(_sizes(loader))
+        seen.append({i for batch in loader.batch_sampler for i, _ in batch})
     assert per_rank[0] == per_rank[1] and len(set(per_rank[0])) > 1
+    assert not seen[0] & seen[1] and len(seen[0] | seen[1]) == 64  # every image once, on one rank
 
 
 def test_non_native_data_is_resized_per_batch():
@@ -113,13 +115,13 @@ def test_non_native_data_is_resized_per_batch():
 
 
 def _train(tmp_path: Path, *extra: str) -> int:
-    saved = os.environ.pop(_OUT_ENV, None)
+    saved = os.environ.pop(OUT_ENV, None)
     try:
         return main([*TINY, "--out", str(tmp_path / "run"), "--train-resolutions", *map(str, RES), *extra])
     finally:
-        os.environ.pop(_OUT_ENV, None)
+        os.environ.pop(OUT_ENV, None)
         if saved is not None:
-            os.environ[_OUT_ENV] = saved
+            os.environ[OUT_ENV] = saved
 
 
 @pytest.mark.parametrize("extra", [("--pos", "learned"), ("--pos", "rope2d", "--data", "digits")])

@@ -18,7 +18,8 @@ import torch
 from vitpos.checkpoint import FORMAT, load_checkpoint, model_from_checkpoint
 from vitpos.errors import ConfigError
 from vitpos.lit import LitViT
-from vitpos.training import LOCK, RunLock, TrainClock, main, release_lock
+from vitpos.rundir import LOCK, RunLock, release_lock
+from vitpos.training import main
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--embed-dim", "32", "--depth", "1", "--num-heads", "2", "--val-size", "32", "--test-size", "32"]
@@ -80,7 +81,7 @@ def test_sigkill_then_resume_reaches_the_same_step_and_weights(tmp_path):
     assert 0 < step_at_kill < 96
     csv_at_kill = (killed / "logs" / "metrics.csv").read_text()
 
-    seconds_at_kill = load_checkpoint(last)["callbacks"]["TrainClock"]["seconds"]
+    seconds_at_kill = load_checkpoint(last)["callbacks"]["Timer"]["time_elapsed"]["train"]
     assert seconds_at_kill > 0
 
     r = run_cmd([*train_cmd(killed, *args), "--resume"], timeout=RUN_TIMEOUT)
@@ -125,8 +126,9 @@ def assert_same_history(full: Path, resumed: Path) -> None:
 KILL_AT_EPOCH_SUMMARY = """
 import os, signal, sys
 from vitpos import training
+from vitpos.compat.lightning import KeepHistoryWriter
 
-log_metrics = training._KeepHistoryWriter.log_metrics
+log_metrics = KeepHistoryWriter.log_metrics
 
 
 def dies_at_the_summary(self, metrics, step=None):
@@ -135,7 +137,7 @@ def dies_at_the_summary(self, metrics, step=None):
     log_metrics(self, metrics, step)
 
 
-training._KeepHistoryWriter.log_metrics = dies_at_the_summary
+KeepHistoryWriter.log_metrics = dies_at_the_summary
 sys.exit(training.main(sys.argv[2:]))
 """
 
@@ -156,11 +158,14 @@ def test_sigkill_between_the_checkpoint_and_the_epoch_summary_keeps_the_summary(
 
 
 # -- the training loader resumes inside an epoch ------------------------------------------------------------------
-def resumable_loader(position=None):
+def resumable_loader(state=None, workers: int = 0):
     from vitpos.data.resumable import EpochSeedSampler, ResumableLoader
 
     ds = list(range(40))
-    return ResumableLoader(ds, sampler=EpochSeedSampler(ds), batch_size=4, drop_last=True, position=position)
+    loader = ResumableLoader(ds, sampler=EpochSeedSampler(ds), batch_size=4, drop_last=True, num_workers=workers)
+    if state is not None:
+        loader.load_state_dict(state)
+    return loader
 
 
 def test_the_training_loader_draws_what_a_shuffling_dataloader_draws():
@@ -175,24 +180,78 @@ def test_the_training_loader_draws_what_a_shuffling_dataloader_draws():
     assert got[0] == expected[0] and torch.equal(got[1], expected[1])
 
 
-def test_a_loader_resumed_mid_epoch_serves_the_rest_of_that_epoch_and_leaves_the_rng_alone():
-    from vitpos.data.resumable import EpochPosition
-
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loader_resumed_mid_epoch_serves_the_rest_of_that_epoch_and_leaves_the_rng_alone(workers):
     torch.manual_seed(3)
-    loader = resumable_loader()
+    loader = resumable_loader(workers=workers)
     epoch0 = iter(loader)
     first = [next(epoch0).tolist() for _ in range(3)]
-    state, rng = loader.position.state_dict(), torch.get_rng_state()  # what a checkpoint after 3 batches holds
+    state, rng = loader.state_dict(), torch.get_rng_state()  # what a checkpoint after 3 batches holds
     rest = [b.tolist() for b in epoch0]
     epoch1 = [b.tolist() for b in loader]
 
     torch.set_rng_state(rng)  # as the resumed run restores it
-    resumed = resumable_loader(EpochPosition(resume=state))
+    resumed = resumable_loader(state, workers=workers)
     batches = iter(resumed)
     assert torch.equal(torch.get_rng_state(), rng)  # building the resumed iterator draws nothing
-    assert [b.tolist() for b in batches] == rest
-    assert resumed.position.batches == len(first) + len(rest) == len(resumed)
+    assert [b.tolist() for b in batches] == rest and len(first) + len(rest) == len(resumed)
     assert [b.tolist() for b in resumed] == epoch1  # and the next epoch is the uninterrupted run's
+
+
+def test_a_rank_resumed_mid_epoch_serves_the_rest_of_its_part_of_a_later_epoch():
+    """Under DDP: Lightning sets the epoch on the sampler after it built the resumed iterator (during the optimizer
+    setup); the rank still serves the rest of that epoch's part, not of epoch 0's."""
+    from vitpos.data.resumable import ResumableLoader, StatefulDistributedSampler
+
+    def loader():
+        ds = list(range(40))
+        sampler = StatefulDistributedSampler(ds, num_replicas=2, rank=1, shuffle=True, seed=7)
+        return ResumableLoader(ds, sampler=sampler, batch_size=4, drop_last=True)
+
+    running = loader()
+    running.sampler.set_epoch(1)
+    batches = iter(running)
+    [next(batches) for _ in range(2)]
+    state, rest = running.state_dict(), [b.tolist() for b in batches]
+    resumed = loader()
+    resumed.load_state_dict(state)
+    batches = iter(resumed)
+    resumed.sampler.set_epoch(1)
+    assert [b.tolist() for b in batches] == rest and len(rest) == 3
+
+
+def test_a_training_loader_state_is_kept_only_inside_an_epoch(tmp_path):
+    """The data module's checkpoint entry: the loader's state inside an epoch, nothing at an epoch's end (the next
+    epoch starts afresh, as in the uninterrupted run)."""
+    import lightning as L
+
+    from vitpos.config import DataConfig
+    from vitpos.data import build_datamodule
+
+    kept = []
+
+    class Watch(L.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            kept.append(bool(trainer.datamodule.state_dict()))
+
+        def on_train_epoch_end(self, trainer, *args):
+            kept.append(bool(trainer.datamodule.state_dict()))
+
+    dm = build_datamodule(DataConfig(train_size=32, val_size=8, test_size=8, batch_size=8), img_size=32)
+    lit = LitViT(_tiny_config().to_dict())
+    trainer = L.Trainer(max_epochs=1, callbacks=[Watch()], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                        default_root_dir=tmp_path)  # fmt: skip
+    trainer.fit(lit, datamodule=dm)
+    assert kept == [True, True, True, False, False]  # after batches 1-3 of 4; after the 4th; at the epoch's end
+
+
+def _tiny_config():
+    from vitpos.config import Config
+
+    cfg = Config()
+    cfg.model.embed_dim, cfg.model.depth, cfg.model.num_heads, cfg.model.num_classes = 32, 1, 2, 8
+    return cfg
 
 
 # Runs train.py as a file (Lightning's DDP launcher restarts the script for the other ranks) and kills the whole run
@@ -202,8 +261,9 @@ def test_a_loader_resumed_mid_epoch_serves_the_rest_of_that_epoch_and_leaves_the
 KILL_AT_STEP_ROW = """
 import os, signal, sys
 from vitpos import training
+from vitpos.compat.lightning import KeepHistoryWriter
 
-log_metrics = training._KeepHistoryWriter.log_metrics
+log_metrics = KeepHistoryWriter.log_metrics
 
 
 def dies_at_the_row(self, metrics, step=None):
@@ -212,7 +272,7 @@ def dies_at_the_row(self, metrics, step=None):
     log_metrics(self, metrics, step)
 
 
-training._KeepHistoryWriter.log_metrics = dies_at_the_row
+KeepHistoryWriter.log_metrics = dies_at_the_row
 sys.exit(training.main(sys.argv[2:]))
 """
 
@@ -251,7 +311,7 @@ def test_sigkill_after_a_mid_epoch_checkpoint_keeps_the_epoch_summary(tmp_path, 
 def test_a_mid_epoch_checkpoint_without_the_epoch_entries_resumes_as_before(tmp_path):
     """A checkpoint written before the loader's position and the epoch's aggregates were kept: the resume trains to
     the end, that epoch's data starting over and its summary row over the steps after the resume."""
-    from vitpos.training import PartialEpoch
+    from vitpos.compat.lightning import PartialEpoch
 
     args = ["--epochs", "2", "--train-size", "128", "--batch-size", "16", "--ckpt-every-n-steps", "3",
             "--log-every-n-steps", "1"]  # fmt: skip
@@ -259,7 +319,7 @@ def test_a_mid_epoch_checkpoint_without_the_epoch_entries_resumes_as_before(tmp_
     kill_at_step_row(4, out, *args)
     last = out / "checkpoints" / "last.ckpt"
     ckpt = torch.load(last, weights_only=True)
-    positions = [k for k, v in ckpt.items() if isinstance(v, dict) and "train_position" in v]  # the data module's
+    positions = [k for k, v in ckpt.items() if isinstance(v, dict) and "train_loader" in v]  # the data module's
     assert len(positions) == 1 and PartialEpoch.KEY in ckpt
     for key in [*positions, PartialEpoch.KEY]:
         del ckpt[key]
@@ -273,24 +333,24 @@ def test_a_mid_epoch_checkpoint_without_the_epoch_entries_resumes_as_before(tmp_
 
 
 def test_the_epoch_summary_is_written_back_once(tmp_path):
-    from vitpos.training import _KeepHistoryWriter
+    from vitpos.compat.lightning import KeepHistoryWriter
 
     header = "epoch,lr-AdamW,step,train/loss_epoch,train/loss_step,val/top1"
     (tmp_path / "metrics.csv").write_text(f"{header}\n0,0.001,3,,2.5,\n0,,3,,,0.25\n")  # killed before the summary
     summary = {"epoch": 0, "step": 3, "metrics": {"train/loss_epoch": 2.25}}
-    _KeepHistoryWriter(str(tmp_path), resume_step=4, epoch_summary=summary)
+    KeepHistoryWriter(str(tmp_path), resume_step=4, epoch_summary=summary)
     restored = (tmp_path / "metrics.csv").read_text().splitlines()
     assert restored == [header, "0,0.001,3,,2.5,", "0,,3,,,0.25", "0,,3,2.25,,"]
-    _KeepHistoryWriter(str(tmp_path), resume_step=4, epoch_summary=summary)  # killed again and resumed again
+    KeepHistoryWriter(str(tmp_path), resume_step=4, epoch_summary=summary)  # killed again and resumed again
     assert (tmp_path / "metrics.csv").read_text().splitlines() == restored
 
 
 def test_a_new_metric_name_rewrites_the_history_whole_or_not_at_all(tmp_path, monkeypatch):
     """A new metric name makes the CSV writer rewrite metrics.csv under a wider header; a kill midway (here an
     error after the header is written) leaves the old file, where Lightning's in-place rewrite left it empty."""
-    from vitpos.training import _KeepHistoryWriter
+    from vitpos.compat.lightning import KeepHistoryWriter
 
-    writer = _KeepHistoryWriter(str(tmp_path), resume_step=None)
+    writer = KeepHistoryWriter(str(tmp_path), resume_step=None)
     writer.log_metrics({"train/loss": 1.0}, step=0)
     writer.save()
     before = (tmp_path / "metrics.csv").read_text()
@@ -306,10 +366,10 @@ def test_a_new_metric_name_rewrites_the_history_whole_or_not_at_all(tmp_path, mo
 
 
 def test_a_resume_drops_a_row_torn_by_the_kill(tmp_path):
-    from vitpos.training import _KeepHistoryWriter
+    from vitpos.compat.lightning import KeepHistoryWriter
 
     (tmp_path / "metrics.csv").write_text("epoch,step,train/loss\n0,9,2.5\n0,19,2.25\n0,29,2.1")  # killed mid-append
-    _KeepHistoryWriter(str(tmp_path), resume_step=32)
+    KeepHistoryWriter(str(tmp_path), resume_step=32)
     assert (tmp_path / "metrics.csv").read_text().splitlines() == ["epoch,step,train/loss", "0,9,2.5", "0,19,2.25"]
 
 
@@ -467,7 +527,7 @@ def test_a_save_that_dies_midway_leaves_the_old_checkpoint_intact(good_ckpt, tmp
 
 def test_overwrite_moves_the_earlier_run_aside(tmp_path, capsys):
     from vitpos.config import Config
-    from vitpos.training import resolve_out
+    from vitpos.rundir import resolve_out
 
     out = tmp_path / "run"
     (out / "checkpoints").mkdir(parents=True)
@@ -515,7 +575,7 @@ def test_ctrl_c_exits_130_keeps_the_checkpoint_and_the_resume_sums_training_time
     r = run_cmd([sys.executable, str(ROOT / "train.py"), "--resume", "--out", str(out)])  # the command it printed
     assert r.returncode == 0, r.stderr[-2000:]
     assert results(out)["global_step"] == 128
-    assert results(out)["train_seconds"] > round(at_interrupt["callbacks"]["TrainClock"]["seconds"], 1)
+    assert results(out)["train_seconds"] > round(at_interrupt["callbacks"]["Timer"]["time_elapsed"]["train"], 1)
 
 
 def test_ctrl_c_before_the_first_checkpoint_leaves_nothing_that_blocks_a_rerun(tmp_path):
@@ -533,13 +593,21 @@ def test_ctrl_c_before_the_first_checkpoint_leaves_nothing_that_blocks_a_rerun(t
                  "--batch-size", "16"]) == 0  # fmt: skip
 
 
-def test_train_clock_adds_the_time_carried_in_the_checkpoint():
-    clock = TrainClock()
-    clock.load_state_dict({"seconds": 100.0})
+def test_the_run_clock_adds_the_time_carried_in_the_checkpoint(tmp_path):
+    """The Trainer's clock (Lightning's Timer) starts from the training time its checkpoint carries."""
+    from lightning.pytorch.callbacks import Timer
+
+    from vitpos.config import Config
+    from vitpos.training import build_trainer
+
+    cfg = Config()
+    cfg.trainer.resume = True
+    (clock,) = [c for c in build_trainer(cfg, tmp_path).callbacks if isinstance(c, Timer)]
+    clock.load_state_dict({"time_elapsed": {"train": 100.0}})
     clock.on_train_start(None, None)
     time.sleep(0.05)
     clock.on_train_end(None, None)
-    assert 100.05 <= clock.state_dict()["seconds"] < 101
+    assert 100.05 <= clock.state_dict()["time_elapsed"]["train"] < 101
 
 
 # -- unfinished starts (killed before a checkpoint: no handler ran) -----------------------------------------------

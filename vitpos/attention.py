@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+from .compat.torch import FLASH_CPU
+
 CHUNK_BYTES = 4 << 20  # probabilities recomputed per backward chunk: a few MiB, about a core's share of cache
 
 
@@ -36,7 +37,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, scale
         return F.scaled_dot_product_attention(q, k, v, scale=scale)
     bias = bias.to(q.dtype)
     if (
-        _FLASH is not None
+        FLASH_CPU is not None
         and bias.requires_grad
         and torch.is_grad_enabled()
         and q.device.type == "cpu"
@@ -67,7 +68,7 @@ class LearnedBiasAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float) -> Tensor:
-        out, lse = _FLASH(q, k, v, attn_mask=bias[None], scale=scale)  # lse: (B, heads, N)
+        out, lse = FLASH_CPU(q, k, v, attn_mask=bias[None], scale=scale)  # lse: (B, heads, N)
         ctx.save_for_backward(q, k, v, bias, out, lse)
         ctx.scale = scale
         return out

@@ -90,7 +90,14 @@ def load_model(path: str | Path) -> ViT:
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning checkpoint IO that writes to a temp file and renames it into place, and loads safely."""
+    """Lightning checkpoint IO that writes to a temp file and renames it into place, and loads safely.
+
+    ``preloaded`` maps a path to the checkpoint already read from it (a resumed run reads its ``last.ckpt`` once,
+    for its config): Lightning's restore gets that dict instead of reading the file again."""
+
+    def __init__(self, preloaded: dict[str | Path, dict[str, Any]] | None = None) -> None:
+        super().__init__()
+        self.preloaded = {os.path.abspath(p): ckpt for p, ckpt in (preloaded or {}).items()}
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
         path = Path(path)
@@ -109,4 +116,5 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise
 
     def load_checkpoint(self, path, map_location=None, weights_only: bool | None = None) -> dict[str, Any]:
-        return load_checkpoint(path)
+        ckpt = self.preloaded.pop(os.path.abspath(path), None)
+        return ckpt if ckpt is not None else load_checkpoint(path)

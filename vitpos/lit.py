@@ -168,5 +168,8 @@ class LitViT(L.LightningModule):
 
     def global_batch_size(self) -> int:
         """Per-device batch x devices x nodes: the batch one optimizer step sees."""
-        world = self.trainer.world_size if self._trainer is not None else 1
+        try:
+            world = self.trainer.world_size
+        except RuntimeError:  # not attached to a Trainer
+            world = 1
         return self.cfg.data.batch_size * world

@@ -9,7 +9,7 @@ SPEC is one of
   checkpoint filter for that family converts original layouts (naver's RoPE-ViT, Microsoft's BEiT);
 * a vitpos checkpoint.
 
-timm models become vitpos ViTs through :func:`vitpos.interop.from_timm`. :func:`carry` then loads the
+timm models become vitpos ViTs through :func:`vitpos.interop.from_timm`. :func:`transfer_weights` then loads the
 weights into a ViT built for the run: every scheme carries its parameters to the new grid by its own
 transfer method (:meth:`PosScheme.carry_state`), and a head for another number of classes is
 re-initialised.
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import pickle
 import re
-import sys
 import zipfile
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .compat.timm import checkpoint_filter
 from .config import ModelConfig
 from .errors import ConfigError
 from .model import ViT
@@ -96,7 +96,7 @@ def _timm_model(name: str, weights: str | Path | None, download: bool):
     head = state.get("head.weight")
     kw = {"num_classes": head.shape[0]} if head is not None and head.ndim == 2 else {}  # fine-tuned on other classes
     model = timm.create_model(name, pretrained=False, **kw)
-    filter_fn = getattr(sys.modules[type(model).__module__], "checkpoint_filter_fn", None)
+    filter_fn = checkpoint_filter(model)
     if filter_fn is not None:  # timm's conversion of the family's original checkpoint layouts
         try:
             state = filter_fn(state, model)
@@ -159,7 +159,7 @@ def apply_architecture(model_cfg: ModelConfig, pre: Pretrained) -> None:
         )
 
 
-def carry(source: ViT, target: ViT) -> list[str]:
+def transfer_weights(source: ViT, target: ViT) -> list[str]:
     """Load ``source``'s weights into ``target`` (the same architecture at its own grid and classes).
 
     The scheme carries its parameters to ``target``'s grid by ``source.pos.method``; the head is left as
@@ -190,4 +190,4 @@ def carry(source: ViT, target: ViT) -> list[str]:
     return notes
 
 
-__all__ = ["ARCH_FIELDS", "Pretrained", "apply_architecture", "carry", "load_pretrained", "read_weights"]
+__all__ = ["ARCH_FIELDS", "Pretrained", "apply_architecture", "transfer_weights", "load_pretrained", "read_weights"]

@@ -29,11 +29,12 @@ import torch.nn.functional as F
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, Sampler
 
+from ..compat.lightning import mid_epoch
 from ..config import DataConfig
 from ..errors import ConfigError
 from ..regime import Window
 from ..resolution import to_hw
-from .resumable import EpochPosition, EpochSeedSampler, ResumableLoader
+from .resumable import EpochSeedSampler, ResumableLoader, StatefulDistributedSampler
 from .transforms import check_data_config, eval_transform, train_transform
 
 SPLITS = ("train", "val", "test")
@@ -70,8 +71,7 @@ class MultiResBatchSampler(BatchSampler):
 
     The epoch is the one Lightning sets on ``sampler`` (``set_epoch``, which a DistributedSampler
     has; the single-device loader uses a one-replica DistributedSampler for the same reason), so a
-    resumed run draws the same resolutions as an uninterrupted one. Under DDP Lightning rebuilds
-    this sampler around its own DistributedSampler, keeping ``resolutions`` and ``seed``.
+    resumed run draws the same resolutions as an uninterrupted one.
     """
 
     def __init__(
@@ -128,12 +128,12 @@ def holdout_split(n: int, holdout: int, seed: int = 0) -> tuple[list[int], list[
 class VitposDataModule(L.LightningDataModule):
     """Base class: loaders from ``cfg`` (batch_size, num_workers) and the eval protocol.
 
-    Under DDP, Lightning adds its DistributedSampler to the training loader itself; validation and test take
-    one that does not pad (each image scored once).
-    ``train_resolutions`` (empty: off) switches the training loader to one resolution per batch
+    Under DDP every loader takes a per-rank sampler from here (the Trainer is told not to add its own): training
+    the rank's part of a shuffle of (seed, epoch), validation and test one that does not pad (each image scored
+    once). ``train_resolutions`` (empty: off) switches the training loader to one resolution per batch
     (see the module docstring); the training run sets it from ``cfg.trainer.train_resolutions``.
-    The training loader's position in its epoch is in every checkpoint, and a mid-epoch resume continues it
-    (:mod:`vitpos.data.resumable`)."""
+    The training loader's state is in every checkpoint written inside an epoch, and a mid-epoch resume continues
+    it (:mod:`vitpos.data.resumable`)."""
 
     name: ClassVar[str] = ""
     supports_train_limit: ClassVar[bool] = False  # sets that honour cfg.train_limit
@@ -157,7 +157,8 @@ class VitposDataModule(L.LightningDataModule):
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
         self.train_resolutions: list[int] = []
-        self.train_position = EpochPosition()  # shared with the training loader; see vitpos.data.resumable
+        self.train_loader: ResumableLoader | None = None
+        self.train_loader_state: dict[str, Any] | None = None  # a checkpoint's, for the next training loader
 
     # -- what a family provides -------------------------------------------------------------
     def raw_split(self, split: str) -> Dataset:
@@ -206,6 +207,11 @@ class VitposDataModule(L.LightningDataModule):
             self.test_set = self.eval_dataset(self.img_size, "test")
 
     # -- loaders ------------------------------------------------------------------------------
+    def _world(self) -> tuple[int, int]:
+        """(world size, this process's global rank) of the Trainer, (1, 0) without one."""
+        trainer = self.trainer
+        return (1, 0) if trainer is None else (trainer.world_size, trainer.global_rank)
+
     def _loader(self, ds: Dataset | None, train: bool) -> DataLoader:
         if ds is None:
             raise RuntimeError("call setup() before asking for a dataloader")
@@ -214,21 +220,34 @@ class VitposDataModule(L.LightningDataModule):
         drop_last = train and len(ds) >= self.cfg.batch_size  # type: ignore[arg-type]
         kwargs = dict(batch_size=self.cfg.batch_size, drop_last=drop_last, num_workers=nw, persistent_workers=nw > 0,
                       pin_memory=torch.cuda.is_available())  # fmt: skip
-        if train:  # torch's shuffle, replayable after a mid-epoch resume (vitpos.data.resumable)
-            return ResumableLoader(ds, sampler=EpochSeedSampler(ds), position=self.train_position, **kwargs)
+        if train:
+            world, rank = self._world()
+            # one process: torch's shuffle; DDP: each rank's part of a shuffle of (seed, epoch), as Lightning's own
+            sampler: Sampler[int] = EpochSeedSampler(ds)
+            if world > 1:
+                sampler = StatefulDistributedSampler(ds, num_replicas=world, rank=rank, shuffle=True, seed=self.seed)
+            return self._resumable(ResumableLoader(ds, sampler=sampler, **kwargs))
         return DataLoader(ds, sampler=self._eval_sampler(ds), **kwargs)
 
+    def _resumable(self, loader: ResumableLoader) -> ResumableLoader:
+        """``loader`` as the training loader, continuing the epoch of a checkpoint's state if one came."""
+        if self.train_loader_state:
+            loader.load_state_dict(self.train_loader_state)
+            self.train_loader_state = None
+        self.train_loader = loader
+        return loader
+
     def _eval_sampler(self, ds: Dataset) -> Sampler[int] | None:
-        """Under DDP, rank r scores items r, r + W, ...: each once. Lightning's default sampler pads every rank to the
-        same count with duplicates, which validation and test would count twice. Ranks may then differ by one batch,
-        which is safe here: evaluation has no per-step collective (metrics sync their sums at the end)."""
-        trainer = self.trainer
-        if trainer is None or trainer.world_size == 1:
+        """Under DDP, rank r scores items r, r + W, ...: each once. A sampler that pads every rank to the same count
+        with duplicates would count them twice. Ranks may then differ by one batch, which is safe here: evaluation
+        has no per-step collective (metrics sync their sums at the end)."""
+        world, rank = self._world()
+        if world == 1:
             return None
-        n, world = len(ds), trainer.world_size  # type: ignore[arg-type]
+        n = len(ds)  # type: ignore[arg-type]
         if n < world:  # a rank without a batch would leave the others waiting for it
             raise ConfigError(f"{n} evaluation image(s) cannot be spread over {world} ranks; use fewer devices")
-        return UnrepeatedDistributedSampler(ds, num_replicas=world, rank=trainer.global_rank, shuffle=False)
+        return UnrepeatedDistributedSampler(ds, num_replicas=world, rank=rank, shuffle=False)
 
     def train_dataloader(self) -> DataLoader:
         if not self.train_resolutions:
@@ -238,8 +257,8 @@ class VitposDataModule(L.LightningDataModule):
         ds = self.train_set
         native = self.train_dataset_at(to_hw(self.img_size)) is not None
         nw = self.cfg.num_workers
-        # One replica: a shuffling sampler with set_epoch, which Lightning swaps for its own under DDP.
-        sampler = DistributedSampler(ds, num_replicas=1, rank=0, shuffle=True, seed=self.seed)
+        world, rank = self._world()
+        sampler = DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=True, seed=self.seed)
         batches = MultiResBatchSampler(
             sampler,
             self.cfg.batch_size,
@@ -247,21 +266,24 @@ class VitposDataModule(L.LightningDataModule):
             resolutions=self.train_resolutions,
             seed=self.seed,
         )
-        return ResumableLoader(
+        loader = ResumableLoader(
             MultiResDataset(ds, self.train_dataset_at if native else None),
             batch_sampler=batches,
             num_workers=nw,
             persistent_workers=nw > 0,
             pin_memory=torch.cuda.is_available(),
-            position=self.train_position,
         )
+        return self._resumable(loader)
 
-    # The training loader's position in its epoch travels in the checkpoint through these two hooks.
+    # The training loader's state travels in checkpoints written inside an epoch through these two hooks.
     def state_dict(self) -> dict[str, Any]:
-        return {"train_position": self.train_position.state_dict()}
+        trainer = self.trainer
+        if self.train_loader is None or trainer is None or not mid_epoch(trainer):
+            return {}
+        return {"train_loader": self.train_loader.state_dict()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.train_position.resume = state_dict.get("train_position")
+        self.train_loader_state = state_dict.get("train_loader")
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_set, train=False)

@@ -17,7 +17,7 @@ Training reads ``DST/train`` through LitData's ``StreamingDataset`` / ``Streamin
 
 Validation, test and the resolution evaluator read ``DST/val`` and ``DST/test`` by index through the same
 ``StreamingDataset`` (random access), so under DDP each image is scored once, by one rank: in training's validation
-and test (``VitposDataModule._eval_sampler``) and in the evaluator (its ``ShardSampler``).
+and test (``VitposDataModule._eval_sampler``) and in the evaluator, with the same sampler.
 Images are decoded with PIL and go through the same transforms as the source set would
 (``vitpos.data.transforms``); class names, channels, mean / std and native size come from ``DST/meta.json``.
 
@@ -38,6 +38,7 @@ from typing import Any
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
+from ..compat.litdata import download, force_single_node_plan
 from ..config import DataConfig
 from ..errors import ConfigError
 from .base import TransformDataset, VitposDataModule
@@ -61,11 +62,9 @@ def read_json(root: str, name: str) -> dict[str, Any]:
     path = _join(root, name)
     try:
         if is_url(root):
-            from litdata.streaming.resolver import _get_fs_provider  # the clients LitData streams with
-
             with tempfile.TemporaryDirectory() as tmp:
                 local = os.path.join(tmp, os.path.basename(name))
-                _get_fs_provider(path).download_file(path, local)
+                download(path, local)
                 return json.loads(Path(local).read_text())
         return json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -189,8 +188,6 @@ class ShardsDataModule(VitposDataModule):
         self.size("train")
         self._train_transform = train_transform(self.img_size, self.cfg, self.mean, self.std)
         transform = DecodeSample(self._train_transform, self.in_chans, _join(self.root, "train"))
-        from .streaming import force_single_node_plan
-
         # Built in setup(), after the process group exists: LitData reads the ranks from it here.
         root = _join(self.root, "train")
         ds = StreamingDataset(root, shuffle=True, seed=self.seed, drop_last=True, transform=transform)

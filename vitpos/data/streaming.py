@@ -11,8 +11,8 @@ epoch's shuffled order. :class:`EveryOnceLoader` serves that rest as one more ba
   DDP's gradient average equals the gradient of the mean loss over the real samples of that step, on every rank
   count, without a collective. Metrics count only samples of weight > 0.
 
-The rest is computed from LitData's own plan for the epoch (the shuffler's ``get_chunks_and_intervals_per_workers``,
-the same call each of its workers makes): every index that no rank or worker is given. The last batch is read by
+The rest is computed from LitData's own plan for the epoch (``vitpos.compat.litdata.epoch_plan``, the same call each
+of its workers makes): every index that no rank or worker is given. The last batch is read by
 index in the main process (at most B images once per epoch), with augmentations drawn from a generator seeded by
 (seed, epoch, rank) so that the main process's random state is left as it was.
 
@@ -35,28 +35,16 @@ from typing import Any
 import numpy as np
 import torch
 from litdata import StreamingDataLoader, StreamingDataset
-from litdata.utilities.env import _DistributedEnv
+
+from ..compat.litdata import epoch_plan, sample_count
 
 STATE_KEY = "vitpos_rest_served"
 
 
-def force_single_node_plan(dataset: StreamingDataset) -> StreamingDataset:
-    """Make LitData plan every epoch over all ranks as one node (see the module docstring); returns ``dataset``."""
-    env = dataset.distributed_env
-    dataset.distributed_env = _DistributedEnv(env.world_size, env.global_rank, 1)
-    return dataset
-
-
 def rest_of_epoch(dataset: StreamingDataset, num_workers: int, batch_size: int, epoch: int) -> list[int]:
     """The indices LitData's plan for ``epoch`` gives to no rank and no worker, in a fixed shuffled order."""
-    dataset.get_len(num_workers, batch_size)  # builds the shuffler in this process if needed
-    shuffler = dataset.shuffler
-    total = sum(int(iv[2] - iv[1]) for iv in shuffler.cache.get_chunk_intervals())
-    _, per_worker = shuffler.get_chunks_and_intervals_per_workers(
-        dataset.distributed_env, max(1, num_workers), batch_size, epoch
-    )
-    served = np.zeros(total, dtype=bool)
-    for intervals in per_worker:
+    served = np.zeros(sample_count(dataset, num_workers, batch_size), dtype=bool)
+    for intervals in epoch_plan(dataset, num_workers, batch_size, epoch):
         for iv in intervals:
             served[int(iv[1]) : int(iv[2])] = True
     rest = np.flatnonzero(~served)
@@ -78,12 +66,8 @@ class EveryOnceLoader(StreamingDataLoader):
         self._rest_pending = False  # restored from a checkpoint written between the last full batch and the rest
 
     def _rest_size(self) -> int:
-        n = sum(int(iv[2] - iv[1]) for iv in self._shuffler().cache.get_chunk_intervals())
+        n = sample_count(self.dataset, self.num_workers, self.batch_size)
         return n - self.dataset.distributed_env.world_size * self.dataset.get_len(self.num_workers, self.batch_size)
-
-    def _shuffler(self) -> Any:
-        self.dataset.get_len(self.num_workers, self.batch_size)
-        return self.dataset.shuffler
 
     def __len__(self) -> int:
         return super().__len__() + (1 if self._rest_size() > 0 else 0)

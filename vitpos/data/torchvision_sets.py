@@ -15,7 +15,6 @@ torchvision's own checks.
 
 from __future__ import annotations
 
-import os
 import pickle
 from pathlib import Path
 from typing import Any, ClassVar
@@ -23,37 +22,12 @@ from typing import Any, ClassVar
 from torch.utils.data import Dataset, Subset
 from torchvision import datasets as tvd
 
+from ..compat.torchvision import CIFAR10 as _CIFAR10
+from ..compat.torchvision import CIFAR100 as _CIFAR100
 from ..errors import ConfigError
 from .base import VitposDataModule, cache_dir, holdout_split
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-
-
-class _PresenceCheckedCIFAR:
-    """CIFAR whose files must be present (md5 not checked); see the module docstring."""
-
-    root: str
-    base_folder: str
-    train_list: list
-    test_list: list
-    meta: dict
-
-    def _check_integrity(self) -> bool:
-        files = [f for f, _ in self.train_list + self.test_list] + [self.meta["filename"]]
-        return all(os.path.isfile(os.path.join(self.root, self.base_folder, f)) for f in files)
-
-    def _load_meta(self) -> None:
-        with open(os.path.join(self.root, self.base_folder, self.meta["filename"]), "rb") as f:
-            self.classes = pickle.load(f, encoding="latin1")[self.meta["key"]]
-        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-
-
-class _CIFAR10(_PresenceCheckedCIFAR, tvd.CIFAR10):
-    pass
-
-
-class _CIFAR100(_PresenceCheckedCIFAR, tvd.CIFAR100):
-    pass
 
 
 class TorchvisionDataModule(VitposDataModule):
