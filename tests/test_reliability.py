@@ -678,6 +678,21 @@ def test_resume_may_change_where_it_runs_but_not_what_it_trains(good_ckpt, capsy
     assert snapshot(out) == before
 
 
+def test_a_resume_reads_its_checkpoint_once(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    args = ["--pos", "none", "--out", str(out), *TINY, "--epochs", "1", "--train-size", "32", "--batch-size", "16"]
+    assert main(args) == 0
+    last, reads, real_load = out / "checkpoints" / "last.ckpt", [], torch.load
+
+    def counting(f, *a, **kw):
+        reads.append(Path(f).resolve())
+        return real_load(f, *a, **kw)
+
+    monkeypatch.setattr(torch, "load", counting)
+    assert main([*args, "--resume"]) == 0
+    assert reads.count(last.resolve()) == 1  # for its config, its step and Lightning's restore alike
+
+
 # -- two runs on one folder ----------------------------------------------------------------------------------------
 
 
