@@ -170,6 +170,7 @@ def test_format4_relbias_keeps_the_start_it_trained_from(tmp_path, pos, kwargs, 
     assert config_from_checkpoint(load_checkpoint(path)).model.pos_kwargs == kwargs
 
 
+@pytest.mark.cli
 def test_upgrading_a_checkpoint_does_not_need_the_lightning_module(tmp_path):
     """The upgrade works on the parameters: reading an old checkpoint must not import vitpos.lit (which imports
     vitpos.checkpoint)."""

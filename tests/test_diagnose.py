@@ -177,6 +177,7 @@ def _one_line_error(err: str) -> str:
     return lines[0]
 
 
+@pytest.mark.cli
 def test_cli_bad_input_fails_in_one_line(ckpt, tmp_path, capsys):
     proc = subprocess.run(
         [sys.executable, "-m", "vitpos.diagnose", "--ckpt", str(tmp_path / "nope.ckpt"), "--out", str(tmp_path / "o")],

@@ -193,6 +193,8 @@ def test_sweep_rejects_a_resolution_the_patch_size_does_not_divide(ckpt):
 
 
 # -- distributed ----------------------------------------------------------------------------------
+@pytest.mark.cli
+@pytest.mark.ddp
 def test_ddp_on_two_cpu_processes_counts_every_image_once(ckpt, tmp_path, one_thread):
     resolutions = ["12", "16", "16x24"]
     single = ev.sweep([ckpt], resolutions, methods=["extrapolate", "interpolate"])
@@ -215,6 +217,7 @@ def _one_line_error(proc_or_err, code=None):
     return lines[0]
 
 
+@pytest.mark.cli
 def test_cli_missing_and_foreign_checkpoints_fail_in_one_line(tmp_path, capsys):
     missing = _run_cli("--ckpt", str(tmp_path / "nope.ckpt"), "--resolutions", "32")  # the real process
     assert missing.returncode != 0

@@ -36,7 +36,7 @@ SMALL = dict(img_size=32, patch_size=4, embed_dim=32, depth=1, num_heads=4, num_
 SIZES = [(32, 32), (24, 48), (64, 64)]  # the training size, a smaller non-square one, a larger one
 ROPE = [p for p in vitpos.POS_SCHEMES if "rope" in p]
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tracing and tiny models: one thread on a busy 2-core box
+pytestmark = [pytest.mark.export, pytest.mark.usefixtures("one_thread")]  # tracing and tiny models: one thread
 
 
 def small(pos: str, **kw) -> vitpos.ViT:
@@ -208,6 +208,7 @@ def _one_line_error(stderr: str) -> str:
     return lines[0]
 
 
+@pytest.mark.cli
 def test_cli_bad_input_fails_in_one_line(tmp_path, capsys):
     ckpt = tmp_path / "m.ckpt"
     write_checkpoint(ckpt)

@@ -55,8 +55,11 @@ WEIGHTS = dict(rtol=1e-5, atol=1e-6)  # and so do its weights
 
 # -- resume after SIGKILL ----------------------------------------------------------------------------------------
 RUN_TIMEOUT = 1200  # a guard against a hung run, not a synchronisation: a 3-epoch run took 80 s at load 2 on 2 cores
+TWO_RUNS = pytest.mark.timeout(2 * RUN_TIMEOUT)  # a test that trains twice, each under RUN_TIMEOUT
 
 
+@pytest.mark.cli
+@TWO_RUNS
 def test_sigkill_then_resume_reaches_the_same_step_and_weights(tmp_path):
     args = ["--epochs", "3", "--train-size", "1024", "--batch-size", "32"]  # 32 steps an epoch
     full, killed = tmp_path / "full", tmp_path / "killed"
@@ -142,6 +145,7 @@ sys.exit(training.main(sys.argv[2:]))
 """
 
 
+@pytest.mark.cli
 def test_sigkill_between_the_checkpoint_and_the_epoch_summary_keeps_the_summary(tmp_path):
     args = ["--epochs", "2", "--train-size", "64", "--batch-size", "16"]  # 4 steps an epoch
     full, killed = tmp_path / "full", tmp_path / "killed"
@@ -288,7 +292,10 @@ def kill_at_step_row(step: int, out: Path, *args: str) -> None:
     assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
 
 
-@pytest.mark.parametrize("devices, extra", [(1, []), (1, ["--ema", "0.9"]), (2, ["--strategy", "ddp"])],
+@pytest.mark.cli
+@TWO_RUNS
+@pytest.mark.parametrize("devices, extra", [(1, []), (1, ["--ema", "0.9"]),
+                                            pytest.param(2, ["--strategy", "ddp"], marks=pytest.mark.ddp)],
                          ids=["one-process", "ema", "ddp"])  # fmt: skip
 def test_sigkill_after_a_mid_epoch_checkpoint_keeps_the_epoch_summary(tmp_path, devices, extra):
     # 8 steps an epoch (per rank: 128 images, 16 per device on each of `devices` ranks); last.ckpt every 3 steps
@@ -308,6 +315,7 @@ def test_sigkill_after_a_mid_epoch_checkpoint_keeps_the_epoch_summary(tmp_path, 
     assert_same_history(full, killed)  # epoch 0's summary included: over all 8 steps, not the 5 after the resume
 
 
+@pytest.mark.cli
 def test_a_mid_epoch_checkpoint_without_the_epoch_entries_resumes_as_before(tmp_path):
     """A checkpoint written before the loader's position and the epoch's aggregates were kept: the resume trains to
     the end, that epoch's data starting over and its summary row over the steps after the resume."""
@@ -383,6 +391,8 @@ def test_ckpt_every_n_steps_writes_last_mid_epoch(tmp_path):
 # -- distributed on the CPU --------------------------------------------------------------------------------------
 
 
+@pytest.mark.cli
+@pytest.mark.ddp
 def test_ddp_two_cpu_processes_trains_and_its_checkpoint_loads(tmp_path):
     out = tmp_path / "ddp"
     r = run_cmd(train_cmd(out, "--epochs", "1", "--train-size", "256", "--batch-size", "16", "--devices", "2",
@@ -555,6 +565,7 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
     assert proc.poll() is None, "the run ended before the signal; make it longer"
 
 
+@pytest.mark.cli
 def test_ctrl_c_exits_130_keeps_the_checkpoint_and_the_resume_sums_training_time(tmp_path):
     out = tmp_path / "run"
     args = ["--epochs", "1", "--train-size", "2048", "--batch-size", "16", "--ckpt-every-n-steps", "8"]
@@ -578,6 +589,7 @@ def test_ctrl_c_exits_130_keeps_the_checkpoint_and_the_resume_sums_training_time
     assert results(out)["train_seconds"] > round(at_interrupt["callbacks"]["Timer"]["time_elapsed"]["train"], 1)
 
 
+@pytest.mark.cli
 def test_ctrl_c_before_the_first_checkpoint_leaves_nothing_that_blocks_a_rerun(tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
@@ -696,6 +708,7 @@ def test_a_resume_reads_its_checkpoint_once(tmp_path, monkeypatch):
 # -- two runs on one folder ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.cli
 def test_the_lock_is_held_for_the_run_and_released_when_it_dies(tmp_path, capsys):
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
@@ -714,6 +727,7 @@ def test_the_lock_is_held_for_the_run_and_released_when_it_dies(tmp_path, capsys
     RunLock(out).release()  # the kernel dropped the dead run's lock: no stale lock blocks anyone
 
 
+@pytest.mark.cli
 def test_two_runs_started_at_once_on_one_folder(tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
@@ -742,6 +756,8 @@ def yaml_pos(path: Path) -> str:
 # -- zero steps, permissions ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.cli
+@pytest.mark.ddp
 def test_a_run_that_trains_zero_steps_is_an_error_and_leaves_nothing(tmp_path):
     out = tmp_path / "run"
     # 16 images on 2 ranks: 8 per rank, fewer than one batch of 16, so no rank gets a single training batch

@@ -214,6 +214,8 @@ def test_shard_train_evaluate(trained):
     assert all(r["samples"] == N_VAL and r["data"] == "shards" for r in records)
 
 
+@pytest.mark.cli
+@pytest.mark.ddp
 def test_the_evaluator_counts_every_shard_image_once_under_ddp(trained, tmp_path):
     ckpt = trained / "checkpoints" / "last.ckpt"
     r = run([sys.executable, "-m", "vitpos.evaluate", "--ckpt", str(ckpt), "--resolutions", "32", "--devices", "2",
@@ -315,6 +317,8 @@ def eval_seen(log: Path, stage: str) -> dict[int, list[tuple[int, list[int]]]]:
     return out
 
 
+@pytest.mark.cli
+@pytest.mark.ddp
 def test_two_ddp_processes_train_on_every_sample_once_per_epoch_and_score_every_image_once(shards, tmp_path):
     script = tmp_path / "logging_train.py"
     script.write_text(LOGGING_TRAIN)
@@ -341,6 +345,7 @@ def test_two_ddp_processes_train_on_every_sample_once_per_epoch_and_score_every_
 STEPS_8 = -(-N_TRAIN // 8)  # batch 8, one process: 24 full batches and the padded one with the other 7 samples
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize(
     "ckpt_every, kill_at, epochs, delay",
     [(5, STEPS_8 + 8, 2, "0.1"),  # checkpoint at step 30: 5 batches into epoch 1

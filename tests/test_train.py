@@ -368,6 +368,7 @@ def test_each_flag_sets_its_field(monkeypatch):
         assert getattr(getattr(cfg, name), f.name) == expect, (name, f.name)
 
 
+@pytest.mark.cli
 def test_bad_input_from_the_shell_has_no_traceback(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "train.py"), "--pos", "bogus"], capture_output=True, text=True,
                        cwd=tmp_path, timeout=120)  # fmt: skip

@@ -353,7 +353,7 @@ def rotate(x: Tensor, rot: Tensor) -> Tensor:
     # bf16/fp16 have no complex dtype, inductor (no complex codegen) fuses this real form itself, and ONNX
     # (torch.export / torch.onnx / jit tracing) has no complex type.
     # The rotation runs in fp32 and is rounded once: cos/sin rounded to bf16 first would be off by up to
-    # 2^-9 each, an error that grows with |x| (tests/test_pos_more.py bounds it).
+    # 2^-9 each, an error that grows with |x| (tests/test_pos_mixed_cpb_peg_compose.py bounds it).
     cos, sin = rot.float().unbind(-1)
     x1, x2 = pairs.float().unbind(-1)
     return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2).to(x.dtype)
