@@ -135,8 +135,8 @@ def test_a_method_that_branches_on_the_grid_is_exported_for_fixed_sizes(tmp_path
     assert not report.dynamic and "depends on the grid" in report.reason
     assert {k: v.name for k, v in report.files.items()} == {"24x48": "m_24x48.onnx"}
     assert list(report.checked) == ["24x48"] and report.max_rel_diff <= RTOL
-    said = " ".join(summary_lines(report, model))  # what the command prints
-    assert "NOT dynamic in height and width" in said and "--resolutions" in said and ": ok" in said
+    printed = " ".join(summary_lines(report, model))  # what the command prints
+    assert "NOT dynamic in height and width" in printed and "--resolutions" in printed and ": ok" in printed
     x = torch.randn(3, 3, 24, 48)  # a dynamic batch: 3 images although it was traced with 2
     with torch.no_grad():
         assert relative_difference(run_onnx(report.files["24x48"], x), model(x)) <= RTOL

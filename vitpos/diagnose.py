@@ -46,7 +46,7 @@ from torch.utils.data import DataLoader, Subset
 from .cli import OneLineParser
 from .errors import ConfigError
 from .model import Attention, ViT
-from .pos.base import AttnPos, Grid, grid_coords, turn_qk
+from .pos.base import AttnPos, Grid, grid_coords, rotate_qk
 
 PICTURES = ("position_similarity.png", "bias_centre_query.png", "rope_kernel.png", "attention_distance.png")
 SUMMARY = "diagnostics.json"
@@ -105,7 +105,7 @@ def rope_kernel(model: ViT, grid: Grid | None = None, block: int = 0) -> Tensor 
     ones = torch.ones(1, heads, p + grid[0] * grid[1], d)
     if a.mix is not None:  # STRING's P turns q and k before the rotation
         ones = ones @ a.mix.transpose(-1, -2)
-    r = turn_qk(ones, ones, a)[0][0, :, p:]  # (heads, N, d): patch tokens
+    r = rotate_qk(ones, ones, a)[0][0, :, p:]  # (heads, N, d): patch tokens
     q = centre_index(grid)
     logits = (r[:, q : q + 1] @ r.transpose(-1, -2))[:, 0] * d**-0.5 * a.logit_scale  # (heads, N)
     return rearrange(logits, "heads (h w) -> heads h w", h=grid[0])

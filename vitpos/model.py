@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from .attention import attention
 from .pos import POS_REGISTRY, AttnPos, PosAug, build_pos
-from .pos.base import mix_qkv, turn_qk
+from .pos.base import mix_qkv, rotate_qk
 from .resolution import to_hw
 from .stems import STEMS, build_stem
 
@@ -63,10 +63,10 @@ class Attention(nn.Module):
             b.copy_(torch.einsum("hij,thj->thi", mix.to(b.dtype), b.clone()))
 
     def heads_qkv(self, x: Tensor, pos: AttnPos) -> tuple[Tensor, Tensor, Tensor]:
-        """(B, N, D) -> q, k, v, each (B, h, N, d), with q and k turned by the block's position."""
+        """(B, N, D) -> q, k, v, each (B, h, N, d), with q and k rotated by the block's position."""
         qkv = mix_qkv(self.project_qkv(x), pos, self.num_heads)
         q, k, v = rearrange(qkv, "b n (three h d) -> three b h n d", three=3, h=self.num_heads)
-        q, k = turn_qk(q, k, pos)
+        q, k = rotate_qk(q, k, pos)
         return q, k, v
 
     def logit_scale(self, pos: AttnPos) -> float:

@@ -47,7 +47,7 @@ class TorchvisionDataModule(VitposDataModule):
     def root(self) -> Path:
         return Path(self.cfg.data_dir).expanduser() if self.cfg.data_dir else cache_dir() / "data"
 
-    def _how(self) -> str:
+    def _where_to_get_it(self) -> str:
         return f"pass --download, or put {self.expects} in {self.root}"
 
     def _construct(self, split: str, download: bool) -> Dataset:
@@ -57,14 +57,16 @@ class TorchvisionDataModule(VitposDataModule):
     def _open(self, split: str) -> Dataset:
         root, download = self.root, self.cfg.download
         if not download and (not root.is_dir() or not any(root.iterdir())):
-            raise ConfigError(f"{self.name}: data dir {root} is missing or empty; {self._how()}")
+            raise ConfigError(f"{self.name}: data dir {root} is missing or empty; {self._where_to_get_it()}")
         if download:
             root.mkdir(parents=True, exist_ok=True)
         try:
             return self._construct(split, download)
         except (RuntimeError, OSError, pickle.UnpicklingError, EOFError, KeyError) as e:
             why = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise ConfigError(f"{self.name}: cannot read the {split} files in {root} ({why}); {self._how()}") from None
+            raise ConfigError(
+                f"{self.name}: cannot read the {split} files in {root} ({why}); {self._where_to_get_it()}"
+            ) from None
 
     def prepare_data(self) -> None:
         # Runs once per node before setup (rank 0): the only place that may download under DDP.

@@ -408,7 +408,7 @@ def mix_qkv(qkv: Tensor, pos: AttnPos, num_heads: int) -> Tensor:
     return torch.cat([qk, parts[:, :, 2:]], dim=2).flatten(2)
 
 
-def turn_qk(q: Tensor, k: Tensor, pos: AttnPos) -> tuple[Tensor, Tensor]:
+def rotate_qk(q: Tensor, k: Tensor, pos: AttnPos) -> tuple[Tensor, Tensor]:
     """Apply the block's q/k rotation, if any (``rope`` pairs or a general block ``rotation``); a ``mix`` is applied
     before, to the packed projection (:func:`mix_qkv`)."""
     if pos.rope is not None:
