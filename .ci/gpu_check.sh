@@ -5,7 +5,8 @@
 #
 # the CUDA tests; bf16 training throughput of ViT-S/16 at 224, 256 and 512 px against timm, with MFU against the
 # datasheet and a matmul measured in the same run; torch.compile for rope2d and relbias (train at 224 px, eval at 224
-# and 320 px). JSON, pages and logs land in $OUT. Packages missing from the python are installed from .whl/*.whl.
+# and 320 px). JSON, pages and logs land in $OUT. It runs on the python of .venv/ when that has torch, else python3;
+# that python needs vitpos's dependencies and the dev extra (pip install -e ".[dev]").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/vitpos_gpu_check}
@@ -13,10 +14,8 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PY=python3
 [ -x .venv/bin/python ] && .venv/bin/python -c "import torch" 2>/dev/null && PY=.venv/bin/python
-if ! $PY -c "import torch, timm, lightning, einops, pytest, yaml" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH="/tmp/site:$PYTHONPATH"
-fi
+$PY -c "import torch, timm, lightning, einops, pytest, yaml" 2>/dev/null \
+  || { echo "$PY lacks vitpos's dependencies: pip install -e \".[dev]\" first; stopping"; exit 1; }
 $PY -c "import torch, timm; print('torch', torch.__version__, 'timm', timm.__version__, torch.cuda.get_device_name())" \
   | tee "$OUT/env.txt" || { echo "no usable torch + timm + CUDA: stopping"; exit 1; }
 

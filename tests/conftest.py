@@ -17,7 +17,7 @@ def _seed():
 
 @pytest.fixture(scope="module")
 def one_thread():
-    """Tiny models run fastest on one thread (two threads on a busy 2-core box spin-wait); restored after."""
+    """Tiny models run fastest on one thread (two threads spin-wait on a busy 2-core CPU); restored after."""
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
