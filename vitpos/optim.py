@@ -1,5 +1,5 @@
-"""Optimisation: AdamW parameter groups and the learning-rate schedule (used by LitViT; the groups' order
-is also the layout of the optimizer state in checkpoints, which vitpos.checkpoint follows when it upgrades one)."""
+"""Optimisation: AdamW parameter groups and the learning-rate schedule (used by LitViT; the groups' order is also
+the layout of the optimizer state in checkpoints, which a resumed run reads back)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def param_groups(
     decay ``pos_weight_decay`` towards ``pos_decay_to``: "zero" (AdamW's decoupled decay: each step shrinks them by
     lr * scale * decay) or "start" (the same pull towards their values at the first step: :class:`AdamW`).
 
-    With ``pos_lr_scale == 1`` and no position decay the position parameters stay in the two plain groups, the
-    layout checkpoints written before the scale existed expect.
+    With ``pos_lr_scale == 1`` and no position decay the position parameters train like every other parameter and
+    stay in the two plain groups; the optimizer state of such a run's checkpoints is indexed in that layout.
     """
     # Not timm's param_groups_weight_decay: it has no separate position learning rate, orders the no-decay group
     # first and drops empty groups, and the optimizer state of existing checkpoints is laid out in this order.
@@ -47,7 +47,7 @@ def param_groups(
             **({"decay_to_start": pos_weight_decay} if is_pos and to_start else {}),
         }
         for (is_pos, decay), params in groups.items()
-        if params or not is_pos  # the two plain groups always exist, as before
+        if params or not is_pos  # the two plain groups always exist
     ]
 
 

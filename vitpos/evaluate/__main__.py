@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown_table(records), end="")
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         # Tear the process group down here rather than in interpreter shutdown, where its threads can still be
-        # running (a DDP evaluation process once aborted at exit with "terminate called without an active exception").
+        # running and abort the process at exit ("terminate called without an active exception").
         torch.distributed.destroy_process_group()
     return 0
 
