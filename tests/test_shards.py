@@ -259,7 +259,7 @@ def test_every_sample_once_per_epoch_for_any_batch_and_rank_count(shards, batch,
     ranks). On two nodes too: LitData's own multi-node plan repeats samples from the second epoch on."""
     from litdata.utilities.env import _DistributedEnv
 
-    from vitpos.data.streaming import force_single_node_plan
+    from vitpos.compat.litdata import force_single_node_plan
 
     per_rank: list[list[list]] = [[] for _ in range(2)]  # epoch -> rank -> batches
     for rank in range(world):
