@@ -110,7 +110,7 @@ def test_logit_scale_changes_outputs_for_a_scheme_with_attention(tiny):
 def tiny_ckpt(tmp_path_factory):
     """A rope2d checkpoint in the layout training writes (config + weights, current format; untrained weights)."""
     from vitpos.checkpoint import FORMAT
-    from vitpos.model import model_from_config
+    from vitpos.config import model_from_config
 
     cfg = Config()
     cfg.model.pos, cfg.model.embed_dim, cfg.model.depth, cfg.model.num_heads, cfg.model.num_classes = (
