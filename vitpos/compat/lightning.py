@@ -37,6 +37,8 @@ PRIVATE = (
     ("trainer.fit_loop.epoch_loop", "_results"),
     ("trainer.fit_loop.epoch_loop", "_num_ready_batches_reached"),
     ("lightning.pytorch.trainer.connectors.logger_connector.result._ResultCollection", "metrics"),
+    ("lightning.pytorch.trainer.connectors.logger_connector.result._ResultMetric", "meta"),
+    ("lightning.pytorch.trainer.connectors.logger_connector.result._ResultMetric", "value"),
     ("lightning.pytorch.trainer.connectors.logger_connector.result._ResultMetric", "cumulated_batch_size"),
     ("lightning.pytorch.trainer.connectors.logger_connector.result._ResultMetric", "is_tensor"),
     ("lightning.pytorch.trainer.connectors.logger_connector.result._Metadata", "on_epoch"),
@@ -55,7 +57,7 @@ def mid_epoch(trainer: L.Trainer) -> bool:
 class KeepHistoryWriter(ExperimentWriter):
     """Lightning's CSV writer, except that a resumed run keeps the rows logged before its checkpoint, and that
     no kill can leave the file half-written: Lightning rewrites ``metrics.csv`` in place (truncate, then write)
-    whenever a new metric name appears, which a SIGKILL in between turned into an empty history.
+    whenever a new metric name appears, which a SIGKILL in between would leave empty.
 
     ``epoch_summary`` is the checkpoint's :class:`EpochSummary` entry: written back, once, where the file lacks it."""
 
