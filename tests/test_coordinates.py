@@ -337,7 +337,7 @@ def test_an_old_rope2d_norm_checkpoint_loads_with_its_options(tmp_path, kwargs, 
 
 def test_pos_aug_is_a_saved_config_field(tmp_path):
     from vitpos.cli import build_parser, config_from_args
-    from vitpos.model import model_from_config
+    from vitpos.config import model_from_config
 
     cfg = config_from_args(build_parser().parse_args(["--pos", "learned", "--pos-aug", "fuzzy=0.3,shift=0.1"]))
     assert cfg.model.pos_aug == "fuzzy=0.3,shift=0.1" and cfg.to_dict()["model"]["pos_aug"] == cfg.model.pos_aug
