@@ -167,8 +167,7 @@ def test_entropy_rows_measure_every_block_and_head_at_each_size_and_regime(tmp_p
     import torch
 
     from vitpos.checkpoint import FORMAT
-    from vitpos.config import Config
-    from vitpos.model import model_from_config
+    from vitpos.config import Config, model_from_config
 
     cfg = Config()
     cfg.model.pos, cfg.model.embed_dim, cfg.model.depth, cfg.model.num_heads, cfg.model.num_classes = (
