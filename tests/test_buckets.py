@@ -94,7 +94,7 @@ def test_bucketed_locality_starts_local_and_carries_to_any_grid():
     assert row[4, 4] == 0 and row[4, 5] < 0 and row[4, 7] < row[4, 5] and row[0, 0] < row[3, 3]
     m = relbias()
     dst = relbias(grid_px=48)
-    dst.load_state_dict({**dst.state_dict(), **{f"pos.{k}": v for k, v in m.pos.carry_state((12, 12)).items()},
+    dst.load_state_dict({**dst.state_dict(), **{f"pos.{k}": v for k, v in m.pos.state_at_grid((12, 12)).items()},
                          **{k: v for k, v in m.state_dict().items() if not k.startswith("pos.")}})  # fmt: skip
     x = torch.randn(2, 3, 48, 48)
     with torch.no_grad():

@@ -286,7 +286,7 @@ def test_finetune_from_a_vitpos_checkpoint_at_a_new_size(tmp_path, capsys):
     assert "position carried from grid 8x8 to 12x12 by 'resize'" in log
     tuned = vitpos.load_model(dst / "checkpoints" / "last.ckpt")
     assert tuned.grid == (12, 12) and type(tuned.pos).__name__ == "RelBiasPos"
-    expected = source.pos.carry_state((12, 12))
+    expected = source.pos.state_at_grid((12, 12))
     torch.testing.assert_close(tuned.pos.table, expected["table"], **CARRIED)
     torch.testing.assert_close(tuned.blocks[0].attn.qkv.weight, source.blocks[0].attn.qkv.weight, **CARRIED)
 

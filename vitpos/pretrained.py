@@ -11,7 +11,7 @@ SPEC is one of
 
 timm models become vitpos ViTs through :func:`vitpos.interop.from_timm`. :func:`transfer_weights` then loads the
 weights into a ViT built for the run: every scheme carries its parameters to the new grid by its own
-transfer method (:meth:`PosScheme.carry_state`), and a head for another number of classes is
+transfer method (:meth:`PosScheme.state_at_grid`), and a head for another number of classes is
 re-initialised.
 """
 
@@ -167,7 +167,7 @@ def transfer_weights(source: ViT, target: ViT) -> list[str]:
     """
     with torch.no_grad():
         state = {k: v for k, v in source.state_dict().items() if not k.startswith("pos.")}
-        state.update({f"pos.{k}": v for k, v in source.pos.carry_state(target.grid).items()})
+        state.update({f"pos.{k}": v for k, v in source.pos.state_at_grid(target.grid).items()})
     notes = []
     if source.grid != target.grid:
         notes.append(

@@ -104,7 +104,7 @@ def machines(*records: list[dict]) -> list[str]:
     return [f"{h} ({d}), torch {t}, commit {c}" for h, d, c, t in sorted(seen)]
 
 
-def made(d: dict) -> str:
+def measured_line(d: dict) -> str:
     """The line under a page's title: the command that measured, the machine and, where recorded, its load."""
     m = d["machine"]
     where = f"{m['date']}, {m['cpu']}, {m['cores']} cores, torch {m['torch']}"

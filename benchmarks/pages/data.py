@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from benchmarks.pages.common import anchors, fill, made, table
+from benchmarks.pages.common import anchors, fill, measured_line, table
 
 GPUS_PER_NODE = 8
 
@@ -22,7 +22,7 @@ def render(d: dict, folder: Path) -> str:
     gpu, per_core = ref["train_img_per_s"], {k: meas[k]["img_per_cpu_s"] for k in ("ImageFolder", "shards")}
     return fill(
         "data.md",
-        made=made(d),
+        measured=measured_line(d),
         images=str(src["images"]),
         mean_kb=f"{src['mean_kb']:.0f}",
         mean_megapixels=f"{src['mean_megapixels']:.3f}",

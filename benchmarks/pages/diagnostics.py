@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.pages.common import fill, made, read, rule_line, table
+from benchmarks.pages.common import fill, measured_line, read, rule_line, table
 
 
 def render(d: dict, folder: Path) -> str:
@@ -17,7 +17,7 @@ def render(d: dict, folder: Path) -> str:
                      f"{100 * sh['drop']:+.1f} pts", f"{dist[0]:.2f} / {dist[-1]:.2f}", pics])  # fmt: skip
     return fill(
         "diagnostics.md",
-        made=made(d),
+        measured=measured_line(d),
         num_images=str(d["num_images"]),
         rule_line=rule_line([r["run"] for r in d["runs"]], read(folder / "results.json"), d["command"]),
         table=table(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.pages.common import fields, fill, made, table
+from benchmarks.pages.common import fields, fill, measured_line, table
 
 
 def section(d: dict) -> str:
@@ -16,7 +16,7 @@ def section(d: dict) -> str:
             for r in d["rows"]]  # fmt: skip
     return fill(
         "export_section.md",
-        made=made(d),
+        measured=measured_line(d),
         **fields(m, "embed_dim", "depth", "num_heads", "patch_size", "img_size"),
         **fields(d, "threads", "batch", "repeats", "steps", "onnxruntime"),
         table=table(["scheme", "px", "eager img/s", "onnxruntime img/s", "onnxruntime / eager", "max rel. diff"], rows),

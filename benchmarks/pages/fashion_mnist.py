@@ -16,7 +16,7 @@ from benchmarks.pages.common import (
     label,
     line_style,
     lines,
-    made,
+    measured_line,
     rule_words,
     run_row,
     run_rule,
@@ -54,7 +54,7 @@ def render(d: dict, folder: Path) -> str:
     temperature = temperature_section(d["yarn_temperature"]) if d["yarn_temperature"] else None
     return fill(
         "fashion_mnist.md",
-        made=made(d),
+        measured=measured_line(d),
         config=b["config"],
         seeds=", ".join(map(str, sorted({r["seed"] for r in d["runs"]}))),
         **fields(

@@ -7,7 +7,7 @@ from pathlib import Path
 from statistics import median
 
 from benchmarks.pages import export
-from benchmarks.pages.common import anchors, fields, fill, made, per_round, read, spread, table
+from benchmarks.pages.common import anchors, fields, fill, measured_line, per_round, read, spread, table
 
 TIMM = {"learned": "`VisionTransformer`", "rope2d": "`vit_small_patch16_rope_224` (an `Eva`, RoPE-Axial)",
         "relbias": "`VisionTransformerRelPos(rel_pos_type='bias')`"}  # fmt: skip
@@ -71,7 +71,7 @@ def render(d: dict, folder: Path) -> str:
         shapes.append([f"{g['img_size']} px", f"{rate:.0f}", f"{train:.0f}", f"{rate / train:.1f}x"])
     return fill(
         "performance.md",
-        made=made(d),
+        measured=measured_line(d),
         model=model_line(d),
         matmul=f"{d['matmul_peak_tflops']:.3g}",
         datasheet=f" and the datasheet's {spec} TFLOP/s ({peaks['source']})" if spec else "",

@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 from statistics import median
 
-from benchmarks.pages.common import fill, made, per_round, spread, table
+from benchmarks.pages.common import fill, measured_line, per_round, spread, table
 from benchmarks.pages.performance import model_line
 
 
@@ -21,7 +21,7 @@ def render(d: dict, folder: Path) -> str:
                      spread(up, ".2f")])  # fmt: skip
     return fill(
         "performance_compile.md",
-        made=made(d),
+        measured=measured_line(d),
         model=model_line(d),
         table=table(["scheme", "mode", "grid", "first call (s)", "eager img/s", "compiled img/s", "speed-up"], rows),
         ranges=", ".join(f"{min(v):.2f}-{max(v):.2f}x in {k}" for k, v in ups.items()),

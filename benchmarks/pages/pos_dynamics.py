@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from statistics import median
 
-from benchmarks.pages.common import figure, fill, made, pct, rule_label, rule_words, run_rule, spread, table
+from benchmarks.pages.common import figure, fill, measured_line, pct, rule_label, rule_words, run_rule, spread, table
 
 ALIKE = 1.25  # two runs' position parameters "move alike" where every logged ratio lies within [1/ALIKE, ALIKE]
 
@@ -49,7 +49,7 @@ def render(d: dict, folder: Path) -> str:
         ax.set(xlabel="optimizer step", ylabel="rms of the position parameters", yscale="log")
     return fill(
         "pos_dynamics.md",
-        made=made(d),
+        measured=measured_line(d),
         seed=str(runs[0]["seed"]),
         epochs=str(b["epochs"]),
         batch_size=str(b["batch_size"]),

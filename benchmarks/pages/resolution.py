@@ -15,7 +15,7 @@ from benchmarks.pages.common import (
     interval,
     label,
     lines,
-    made,
+    measured_line,
     read,
     rule_line,
     run_rule,
@@ -175,7 +175,7 @@ def render(d: dict, folder: Path) -> str:
     names = [Path(r["checkpoint"]).parents[1].name for r in d["records"]]
     return fill(
         "resolution.md",
-        made=made(d),
+        measured=measured_line(d),
         train=str(train),
         limit=str(d["limit"]),
         rule_line=rule_line(names, results, d["command"]),

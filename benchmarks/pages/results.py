@@ -17,7 +17,7 @@ from benchmarks.pages.common import (
     interval,
     label,
     lines,
-    made,
+    measured_line,
     pct,
     rule_label,
     rule_words,
@@ -123,7 +123,7 @@ def render(d: dict, folder: Path) -> str:
         more = ""
     return fill(
         "results.md",
-        made=made(d),
+        measured=measured_line(d),
         **fields(
             b,
             "embed_dim",

@@ -287,7 +287,7 @@ class PosScheme(nn.Module):
         applied to q and k (AttnPos.mix), are folded into the q and k projections; (self, None): nothing to fold."""
         return self, None
 
-    def carry_state(self, grid: Grid) -> dict[str, Tensor]:
+    def state_at_grid(self, grid: Grid) -> dict[str, Tensor]:
         """State for this scheme rebuilt with ``grid`` as its training grid (fine-tuning at a new size),
         carried there by the current method. Default: the state unchanged (nothing in it is sized by the grid)."""
         return {k: v.detach().clone() for k, v in self.state_dict().items()}

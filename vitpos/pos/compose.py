@@ -131,5 +131,7 @@ class ComposedPos(PosScheme):
     def no_weight_decay(self) -> set[str]:
         return {f"parts.{name}.{n}" for name, part in self.parts.items() for n in part.no_weight_decay()}
 
-    def carry_state(self, grid: Grid) -> dict[str, Tensor]:
-        return {f"parts.{name}.{k}": v for name, part in self.parts.items() for k, v in part.carry_state(grid).items()}
+    def state_at_grid(self, grid: Grid) -> dict[str, Tensor]:
+        return {
+            f"parts.{name}.{k}": v for name, part in self.parts.items() for k, v in part.state_at_grid(grid).items()
+        }

@@ -53,7 +53,7 @@ class LearnedPos(PosScheme):
         out = F.grid_sample(image, at, mode="bilinear", padding_mode="border", align_corners=False)  # (1, D, 1, N)
         return rearrange(out, "1 d 1 n -> 1 n d")
 
-    def carry_state(self, grid: Grid) -> dict[str, Tensor]:
+    def state_at_grid(self, grid: Grid) -> dict[str, Tensor]:
         with torch.no_grad():
             return {"table": self.table_for(grid).detach().clone()}
 

@@ -128,11 +128,11 @@ class LiePos(PosScheme):
         g = self.generators
         return skew_from_coefficients(g.to(torch.promote_types(g.dtype, torch.float32)), self.block_size)
 
-    def carry_state(self, grid: Grid) -> dict[str, Tensor]:
+    def state_at_grid(self, grid: Grid) -> dict[str, Tensor]:
         """Rebuilt at ``grid``, token i sits at i / (h-1). ``extrapolate`` keeps the training spacing
         i / (H-1): the generators are scaled by (h-1) / (H-1) per axis so that y G_y is unchanged.
         ``interpolate`` is what the new grid serves as its own training grid: nothing to change."""
-        state = super().carry_state(grid)
+        state = super().state_at_grid(grid)
         if self.method == "extrapolate":
             (big_h, big_w), (h, w) = self.train_grid, grid
             scale = torch.tensor([(h - 1) / max(big_h - 1, 1), (w - 1) / max(big_w - 1, 1)])

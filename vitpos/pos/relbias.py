@@ -144,9 +144,9 @@ class RelBiasPos(PosScheme):
         t = F.interpolate(t.float(), size=size, mode="bicubic", align_corners=False)
         return rearrange(t, "l heads y x -> l (y x) heads").to(self.table.dtype), tuple(grid)
 
-    def carry_state(self, grid: Grid) -> dict[str, Tensor]:
+    def state_at_grid(self, grid: Grid) -> dict[str, Tensor]:
         if self.buckets is not None:  # nothing in the state is sized by the grid
-            return super().carry_state(grid)
+            return super().state_at_grid(grid)
         with torch.no_grad():
             if self.method == "clamp":  # the new table holds, per offset of the new range, the clamped entry
                 dy, dx = table_offsets(grid)
