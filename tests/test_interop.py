@@ -254,7 +254,10 @@ def test_carry_reproduces_the_transfer_method(pos, tiny):
             src.pos.method = "+".join(parts)
             assert rel_err(dst(x), src(x)) <= EQUIV_RTOL, (m, rel_err(dst(x), src(x)))
             checked.append(m)
-    assert src.pos.methods[0] in checked  # the default method always carries
+    # the default method carries, except `interpolate` (rope2d, sincos2d and what contains them): it squeezes a new
+    # grid onto the trained one, while a model trained at the new grid has nothing carried and computes `extrapolate`
+    default = src.pos.methods[0]
+    assert default in checked or ("interpolate" in default.split("+") and "extrapolate" in checked[0]), checked
 
 
 def test_carry_reinitialises_a_head_for_other_classes(tiny):
