@@ -205,6 +205,9 @@ def plot(study: Study, png: Path) -> None:
         ax.axhline(BAG_CEILING, color="tab:blue", linestyle="-.", linewidth=1)
         ax.set_title(spec.replace(":patch", "").replace(":conv", " (conv stem)"), fontsize=9)
         ax.set_xscale("log", base=2)
+        factors = sorted(c[1] for c in COLUMNS if c[0] == "zoom")
+        ax.set_xticks(factors, [f"{f:g}x" for f in factors])
+        ax.minorticks_off()
         ax.set_ylim(0, 1.02)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
@@ -214,10 +217,11 @@ def plot(study: Study, png: Path) -> None:
                plt.Line2D([], [], color="black", linestyle="--", label="canvas"),
                plt.Line2D([], [], color="tab:red", linestyle=":", label="chance (12.5 %)"),
                plt.Line2D([], [], color="tab:blue", linestyle="-.", label="bag-of-patches ceiling (25 %)")]  # fmt: skip
-    fig.supxlabel("test size / training size", fontsize=9)
+    for ax in axes[-1]:
+        ax.set_xlabel("test size / training size", fontsize=8)
     fig.supylabel("test top-1", fontsize=9)
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(png, dpi=110)
     plt.close(fig)
 
@@ -235,6 +239,10 @@ def coverage(study: Study) -> str:
     )
 
 
+def page_missing(missing: list[str]) -> str:
+    return ("Columns not swept yet: " + ", ".join(missing) + ".") if missing else "Every column is swept."
+
+
 def render(data: dict, folder: Path, earlier: dict | None = None) -> tuple[str, str]:
     """(docs/summary.md, the README's table block) from docs/study.json (and ``earlier``, docs/results.json, for the
     reruns' table); the figure is written beside the page."""
@@ -246,7 +254,7 @@ def render(data: dict, folder: Path, earlier: dict | None = None) -> tuple[str, 
         "summary.md",
         command=data["command"],
         coverage=coverage(study),
-        missing=("Columns not swept yet: " + ", ".join(missing) + ".") if missing else "Every column is swept.",
+        missing=page_missing(missing),
         table=study.table(COLUMNS),
         guide="\n".join(guide(study)) or "- Nothing is measured on test yet.",
         controls=controls(study),
@@ -254,10 +262,9 @@ def render(data: dict, folder: Path, earlier: dict | None = None) -> tuple[str, 
         reruns=reruns(study, earlier),
         machines="\n".join(f"- {m}" for m in machines(data.get("runs", []), data.get("records", []))) or "- none",
     )
-    note = (
-        "Mean test top-1 (%) ± the 95 % interval's half-width over seeds (¹: one seed); "
-        "[docs/summary.md](docs/summary.md) has every column and the decision guide."
-    )
+    note = (f"Mean test top-1 (%) ± the 95 % interval's half-width over seeds (¹: one seed; —: not measured). "
+            f"{coverage(study)} {page_missing(missing)} [docs/summary.md](docs/summary.md) has every column and the "
+            "decision guide.")  # fmt: skip
     block = f"{study.table(README_COLUMNS)}\n\n{note}"
     return page, block
 
