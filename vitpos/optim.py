@@ -27,7 +27,7 @@ def param_groups(
     stay in the two plain groups; the optimizer state of such a run's checkpoints is indexed in that layout.
     """
     # Not timm's param_groups_weight_decay: it has no separate position learning rate, orders the no-decay group
-    # first and drops empty groups, and the optimizer state of existing checkpoints is laid out in this order.
+    # first and drops empty groups; this order is the layout of the optimizer state a checkpoint holds.
     skip = model.no_weight_decay() if hasattr(model, "no_weight_decay") else set()
     groups: dict[tuple[bool, bool], list[nn.Parameter]] = {(p, d): [] for p in (False, True) for d in (True, False)}
     for name, p in model.named_parameters():
