@@ -68,3 +68,18 @@ def transfer_record(scheme: str, side: int, top1: float, seed: int = 0, ckpt: st
     return {"checkpoint": ckpt or f"/runs/{scheme}-seed{seed}/checkpoints/last.ckpt", "scheme": scheme,
             "stem": "patch", "method": "m", "default_method": True, "height": side, "width": side, "top1": top1,
             "seed": seed}  # fmt: skip
+
+
+def untrained_checkpoint(path: Path, pos: str = "rope2d", images: int = 24) -> Path:
+    """A checkpoint in the layout training writes (config + weights, current format) of an untrained tiny model whose
+    data set is `shapes` with ``images`` validation and test images: for code that reads checkpoints, not weights."""
+    from vitpos.checkpoint import FORMAT
+    from vitpos.config import Config, model_from_config
+
+    cfg = Config()
+    cfg.model.pos, cfg.model.embed_dim, cfg.model.depth, cfg.model.num_heads, cfg.model.num_classes = (
+        pos, 32, 2, 2, 8)  # fmt: skip
+    cfg.data.val_size = cfg.data.test_size = images
+    state = {f"model.{k}": v for k, v in model_from_config(cfg).state_dict().items()}
+    torch.save({"state_dict": state, "hyper_parameters": {"config": cfg.to_dict()}, "vitpos_format": FORMAT}, path)
+    return path

@@ -8,11 +8,12 @@ import math
 
 import pytest
 import torch
+from helpers import untrained_checkpoint
 from PIL import Image
 
 from vitpos import POS_SCHEMES
 from vitpos import evaluate as ev
-from vitpos.config import Config, ConfigError, DataConfig
+from vitpos.config import ConfigError, DataConfig
 from vitpos.data.shapes import render_shapes
 from vitpos.data.transforms import eval_transform
 from vitpos.regime import Canvas, Window, full_window
@@ -108,18 +109,7 @@ def test_logit_scale_changes_outputs_for_a_scheme_with_attention(tiny):
 
 @pytest.fixture(scope="module")
 def tiny_ckpt(tmp_path_factory):
-    """A rope2d checkpoint in the layout training writes (config + weights, current format; untrained weights)."""
-    from vitpos.checkpoint import FORMAT
-    from vitpos.config import model_from_config
-
-    cfg = Config()
-    cfg.model.pos, cfg.model.embed_dim, cfg.model.depth, cfg.model.num_heads, cfg.model.num_classes = (
-        "rope2d", 32, 2, 2, 8)  # fmt: skip
-    cfg.data.val_size = cfg.data.test_size = 24
-    state = {f"model.{k}": v for k, v in model_from_config(cfg).state_dict().items()}
-    path = tmp_path_factory.mktemp("regime") / "last.ckpt"
-    torch.save({"state_dict": state, "hyper_parameters": {"config": cfg.to_dict()}, "vitpos_format": FORMAT}, path)
-    return path
+    return untrained_checkpoint(tmp_path_factory.mktemp("regime") / "last.ckpt")
 
 
 def test_sweep_measures_both_regimes_and_records_them(tiny_ckpt):

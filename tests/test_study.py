@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import untrained_checkpoint
 
 from benchmarks import protocol, study
 
@@ -83,7 +84,9 @@ def test_methods_are_chosen_on_validation_at_the_new_sizes_only():
     assert chosen["method"] == "interpolate" and chosen["val_mean"]["extrapolate"] == pytest.approx(0.35)
 
 
-def test_study_sweeps_each_checkpoint_once_and_chooses_before_test(tmp_path, monkeypatch):
+@pytest.fixture
+def run_dir(tmp_path, monkeypatch):
+    """A study rooted at ``tmp_path`` with one finished rope2d run (its checkpoint's bytes stand in for weights)."""
     from benchmarks import common
 
     monkeypatch.setattr(study, "ROOT", tmp_path)
@@ -91,6 +94,10 @@ def test_study_sweeps_each_checkpoint_once_and_chooses_before_test(tmp_path, mon
     run_dir = tmp_path / "runs" / "rope2d-patch-seed0"
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    return run_dir
+
+
+def test_study_sweeps_each_checkpoint_once_and_chooses_before_test(tmp_path, monkeypatch, run_dir):
 
     def train_run(rd, flags, retrain=False):
         return {"run": str(rd.relative_to(tmp_path)), "best_val_top1": 0.9, "test_top1": 0.9, "commit": "abc"}
@@ -132,14 +139,9 @@ def test_study_sweeps_each_checkpoint_once_and_chooses_before_test(tmp_path, mon
     assert len(json.loads(out.read_text())["records"]) == 4  # the old checkpoint's records replaced, not kept
 
 
-def test_study_sweeps_the_canvas_controls_with_the_chosen_method_above_the_training_size(tmp_path, monkeypatch):
-    from benchmarks import common
-
-    monkeypatch.setattr(study, "ROOT", tmp_path)
-    monkeypatch.setattr(common, "ROOT", tmp_path)
-    run_dir = tmp_path / "runs" / "rope2d-patch-seed0"
-    (run_dir / "checkpoints").mkdir(parents=True)
-    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+def test_study_sweeps_the_canvas_controls_with_the_chosen_method_above_the_training_size(
+    tmp_path, monkeypatch, run_dir
+):
     monkeypatch.setattr(study, "train_run", lambda rd, flags, retrain=False: {"run": str(rd.relative_to(tmp_path))})
     seen = []
 
@@ -166,16 +168,7 @@ def test_study_sweeps_the_canvas_controls_with_the_chosen_method_above_the_train
 def test_entropy_rows_measure_every_block_and_head_at_each_size_and_regime(tmp_path):
     import torch
 
-    from vitpos.checkpoint import FORMAT
-    from vitpos.config import Config, model_from_config
-
-    cfg = Config()
-    cfg.model.pos, cfg.model.embed_dim, cfg.model.depth, cfg.model.num_heads, cfg.model.num_classes = (
-        "rope2d", 32, 2, 2, 8)  # fmt: skip
-    cfg.data.val_size = cfg.data.test_size = 8
-    state = {f"model.{k}": v for k, v in model_from_config(cfg).state_dict().items()}
-    ckpt = tmp_path / "last.ckpt"
-    torch.save({"state_dict": state, "hyper_parameters": {"config": cfg.to_dict()}, "vitpos_format": FORMAT}, ckpt)
+    ckpt = untrained_checkpoint(tmp_path / "last.ckpt", images=8)
     rows = study.entropy_rows(ckpt, "interpolate", ["24", "32", "64"], images=4)
     assert [(r["regime"], r["resolution"]) for r in rows] == [("zoom", 24), ("zoom", 32), ("zoom", 64), ("canvas", 64)]
     for r in rows:
