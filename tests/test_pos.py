@@ -197,6 +197,7 @@ def test_rope2d_logit_depends_only_on_offset(tiny, big):
 def test_rope2d_angles_match_formula(tiny):
     """Pins the construction: f_k = theta^(-4k/d); pair angles [x f, y f], one per interleaved pair."""
     m = tiny("rope2d", embed_dim=64)
+    m.pos.method = "extrapolate"  # integer positions at every grid (the default interpolates a new one)
     d = m.pos.head_dim
     f = m.pos.theta ** (-4.0 * torch.arange(d // 4, dtype=torch.float64) / d)
     for grid in [TRAIN, (5, 11)]:
@@ -523,6 +524,7 @@ def sincos_by_hand(grid, dim, temperature=10000.0):
 @pytest.mark.parametrize("grid", [TRAIN, (6, 10), (16, 16)])
 def test_sincos2d_formula_bounds_distinct_and_timm(tiny, grid):
     m = tiny("sincos2d")
+    m.pos.method = "extrapolate"  # integer positions at every grid (the default interpolates a new one)
     table = m.pos.table_for(grid)[0]
     d = m.pos.dim
     assert table.shape == (grid[0] * grid[1], d)
@@ -538,6 +540,7 @@ def test_sincos2d_formula_bounds_distinct_and_timm(tiny, grid):
 
 def test_sincos2d_tokens_add_the_table(tiny):
     m = tiny("sincos2d")
+    m.pos.method = "extrapolate"
     x = torch.randn(2, 6 * 10, m.pos.dim)
     torch.testing.assert_close(m.pos.tokens(x, (6, 10)), x + sincos_by_hand((6, 10), m.pos.dim))
 

@@ -457,7 +457,7 @@ def test_composition_method_names_round_trip(tiny):
     m = tiny("rope2d+learned")
     cls_methods = POS_REGISTRY["rope2d+learned"].methods
     assert m.pos.methods == cls_methods == tuple(f"{r}+bicubic" for r in Rope2dPos.methods)
-    assert m.pos.method == "extrapolate+bicubic"
+    assert m.pos.method == "interpolate+bicubic"  # each part's default
     for name in m.pos.methods:
         m.pos.method = name
         assert m.pos.method == name

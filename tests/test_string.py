@@ -68,6 +68,7 @@ def test_cayley_map_is_orthogonal_and_cayleys():
 
 def test_string_logits_depend_only_on_the_offset():
     m = model("string", skew=0.5, embed_dim=64)  # head dim 16
+    m.pos.method = "extrapolate"  # integer positions on both grids, so that shifted pairs keep their offsets
     small, big, shift, n = TRAIN, (13, 11), (4, 2), 256
     a_small, a_big = m.pos.attn_pos(small)[1], m.pos.attn_pos(big)[1]
     p = a_small.mix[2]  # block 1, head 2
