@@ -78,7 +78,7 @@ def exported(tmp_path_factory):
         if pos not in done:
             model = small(pos)
             program = vitpos.export_program(model, dynamic=True)
-            path = write_onnx(program, folder / f"{pos}.onnx")
+            path = write_onnx(program, folder / f"{pos}.onnx", patch_size=model.patch_size)
             done[pos] = Exported(model, program, path, session(path))
         return done[pos]
 
@@ -234,6 +234,79 @@ def test_cli_bad_input_fails_in_one_line(tmp_path, capsys):
         capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert proc.returncode == 2 and "checkpoint not found" in _one_line_error(proc.stderr)
+
+
+def test_the_onnx_file_refuses_a_size_that_is_not_a_multiple_of_the_patch_as_eager_does(exported):
+    e = exported("learned")
+    for size in [(34, 32), (32, 30), (33, 35)]:
+        x = torch.randn(1, 3, *size)
+        with pytest.raises(ValueError, match="multiple of the patch size 4"):
+            e.model(x)
+        with pytest.raises(Exception, match="multiples_of_4"):
+            run_onnx(e.session, x)
+    with pytest.raises(Exception, match="(?i)shape|guard|constraint|size"):
+        e.program.module()(torch.randn(1, 3, 34, 32))
+
+
+def test_a_one_patch_model_is_exported_at_its_size(tmp_path):
+    model = small("learned", img_size=8, patch_size=8)
+    report = export_onnx(model, tmp_path / "one.onnx")
+    assert not report.dynamic and "1x1 patches" in report.reason
+    assert list(report.files) == ["8"] and report.max_rel_diff <= RTOL
+    x = torch.randn(3, 3, 8, 8)
+    with torch.no_grad():
+        assert relative_difference(run_onnx(report.files["8"], x), model(x)) <= RTOL
+
+
+def test_an_existing_out_is_kept_unless_asked_and_a_file_vitpos_did_not_write_always(tmp_path, capsys):
+    write_checkpoint(tmp_path / "m.ckpt", "none")
+    out, ckpt = tmp_path / "m.onnx", str(tmp_path / "m.ckpt")
+    out.write_text("my notes")
+    for extra in ([], ["--overwrite"]):
+        assert main(["--ckpt", ckpt, "--out", str(out), "--no-check", *extra]) == 2
+        err = _one_line_error(capsys.readouterr().err)
+        assert ("already exists" if not extra else "not an ONNX file vitpos.export wrote") in err
+    assert out.read_text() == "my notes"
+    out.unlink()
+    assert main(["--ckpt", ckpt, "--out", str(out), "--no-check"]) == 0
+    written = out.read_bytes()
+    assert main(["--ckpt", ckpt, "--out", str(out), "--no-check"]) == 2 and "--overwrite" in capsys.readouterr().err
+    assert out.read_bytes() == written
+    assert main(["--ckpt", ckpt, "--out", str(out), "--no-check", "--overwrite"]) == 0  # its own file: replaced
+    assert [p.name for p in tmp_path.iterdir() if p.suffix != ".ckpt"] == ["m.onnx"]  # no temporary file left
+
+
+def test_a_failed_write_is_one_line_and_keeps_the_earlier_file(tmp_path, monkeypatch):
+    import errno
+
+    from vitpos.config import ConfigError
+
+    model, out = small("none"), tmp_path / "m.onnx"
+    export_onnx(model, out, check=False)
+    before = out.read_bytes()
+
+    def full(proto, path, *a, **k):
+        Path(path).write_bytes(b"half a file")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(onnx, "save_model", full)
+    with pytest.raises(ConfigError, match="No space left on device .*disk is full.*is as it was"):
+        export_onnx(model, out, check=False, overwrite=True)
+    assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_an_out_that_cannot_be_made_and_ctrl_c_are_one_line(tmp_path, capsys, monkeypatch):
+    write_checkpoint(tmp_path / "m.ckpt", "none")
+    (tmp_path / "file").write_text("")
+    assert main(["--ckpt", str(tmp_path / "m.ckpt"), "--out", str(tmp_path / "file" / "m.onnx")]) == 2
+    assert "is a file" in _one_line_error(capsys.readouterr().err)
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("vitpos.export.export_onnx", interrupted)
+    assert main(["--ckpt", str(tmp_path / "m.ckpt"), "--out", str(tmp_path / "m.onnx")]) == 130
+    assert "interrupted" in _one_line_error(capsys.readouterr().err)
 
 
 def test_onnx_output_is_fp32_logits_of_the_right_shape(exported):

@@ -15,13 +15,22 @@ Nothing is taken on trust: the ExportedProgram is run against eager PyTorch at t
 two non-square grids on either side of it, and the ONNX file against vitpos with onnxruntime. A transfer
 method whose graph depends on the grid itself (``ntk`` and ``yarn`` branch on whether the grid is larger
 than the trained one) fails that check; it is exported for fixed sizes instead, one file per size, and
-the command says so. What a scheme can fold into the weights is folded first (``ViT.folded``: STRING's
-orthogonal maps into the q and k projections), and the checks compare the folded export with the unfolded model.
+the command says so. So is a model whose training grid is one patch on a side: torch.export specialises a
+dimension of size one, and its graph would serve no grid but that one. What a scheme can fold into the weights is
+folded first (``ViT.folded``: STRING's orthogonal maps into the q and k projections), and the checks compare the
+folded export with the unfolded model.
+
+The ONNX file checks its input as the eager model does: a height or width that is not a multiple of the patch size
+fails (in onnxruntime, at a Reshape node named after the rule) instead of being floored by the patch convolution.
+Each file records in its metadata that vitpos wrote it: ``--overwrite`` replaces only such a file, and a file that
+is already at ``--out`` is kept unless it is asked. A file is written whole or not at all (a temporary file renamed
+into place), so a full disk leaves the earlier file as it was.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,11 +43,13 @@ from torch.export import Dim, ExportedProgram
 from .cli import OneLineParser
 from .errors import ConfigError
 from .model import ViT
+from .outputs import check_creatable, shell, write_failed
 from .resolution import parse_resolution, resolution_label, to_hw
 
 RTOL = 1e-4  # accepted max |exported - eager| / max |eager| of the logits
 MAX_GRID = 512  # largest token grid side a dynamic export accepts (8192 px at patch 16)
 CHECK_BATCH = 2  # images per checked size (batch 1 is checked too, at the training size)
+MARK = "vitpos"  # metadata key of every ONNX file vitpos.export writes
 
 
 class NotDynamic(Exception):
@@ -160,16 +171,94 @@ def complex_values(model_proto) -> list[str]:
     return found + [f"{n.op_type}:{n.name}" for n in g.node if "complex" in n.op_type.lower()]
 
 
-def write_onnx(program: ExportedProgram, path: str | Path) -> Path:
-    """Convert an ExportedProgram (from :func:`export_program`) to an ONNX file; refuses complex values."""
+def write_onnx(program: ExportedProgram, path: str | Path, *, patch_size: int | None = None) -> Path:
+    """Convert an ExportedProgram (from :func:`export_program`) to an ONNX file; refuses complex values.
+
+    ``patch_size``: the file refuses an image whose height or width is not a multiple of it (as the eager model
+    does). The file is written whole or not at all; a failed write is a ConfigError and leaves ``path`` as it was."""
+    import onnx
+
     path = Path(path)
-    onnx_program = torch.onnx.export(program, dynamo=True, verbose=False)
-    found = complex_values(onnx_program.model_proto)
+    proto = torch.onnx.export(program, dynamo=True, verbose=False).model_proto
+    found = complex_values(proto)
     if found:
         raise RuntimeError(f"complex values reached the ONNX graph: {found[:5]}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx_program.save(str(path))
+    if patch_size is not None:
+        refuse_other_sizes(proto, patch_size)
+    proto.metadata_props.add(key=MARK, value="vitpos.export")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save_model(proto, str(tmp))  # the edited proto (the program's own save would write the graph unedited)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        kept = f"{path} is as it was" if path.exists() else "nothing was written"
+        raise write_failed(e, path, kept) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
+
+
+def refuse_other_sizes(proto, patch_size: int) -> None:
+    """Make the ONNX graph ``proto`` fail on an image whose height or width is not a multiple of ``patch_size``.
+
+    The traced graph takes H and W as multiples of the patch (its dynamic dimensions say so), but onnxruntime does
+    not enforce that, and the patch convolution would floor any other size. ONNX has no assert: the check reshapes
+    a one-element tensor to ``1 + H mod p + W mod p`` elements, which fails unless both remainders are zero, and
+    adds zero times that element to the logits so that the node stays in the graph."""
+    from onnx import TensorProto, helper
+
+    graph = proto.graph
+    image, logits = graph.input[0].name, graph.output[0].name
+    unchecked = f"{logits}_unchecked"
+    for node in graph.node:  # the node that made the logits now makes the unchecked ones
+        node.output[:] = [unchecked if o == logits else o for o in node.output]
+    rule = f"height_and_width_must_be_multiples_of_{patch_size}"
+
+    def const(name: str, values: list, kind: int = TensorProto.INT64) -> None:
+        graph.initializer.append(helper.make_tensor(name, kind, [len(values)], values))
+
+    const("size_check_starts", [2])
+    const("size_check_ends", [4])
+    const("size_check_patch", [patch_size])
+    const("size_check_one", [1])
+    const("size_check_element", [0.0], TensorProto.FLOAT)
+    graph.node.extend(
+        [
+            helper.make_node("Shape", [image], ["size_check_shape"]),
+            helper.make_node("Slice", ["size_check_shape", "size_check_starts", "size_check_ends"], ["size_check_hw"]),
+            helper.make_node("Mod", ["size_check_hw", "size_check_patch"], ["size_check_rest"]),
+            helper.make_node("ReduceSum", ["size_check_rest"], ["size_check_sum"], keepdims=1),
+            helper.make_node("Add", ["size_check_sum", "size_check_one"], ["size_check_count"]),
+            helper.make_node("Reshape", ["size_check_element", "size_check_count"], ["size_check_ok"], name=rule),
+            helper.make_node("ReduceSum", ["size_check_ok"], ["size_check_zero"], keepdims=0),
+            helper.make_node("CastLike", ["size_check_zero", unchecked], ["size_check_zero_t"]),
+            helper.make_node("Add", [unchecked, "size_check_zero_t"], [logits]),
+        ]
+    )
+
+
+def _check_target(path: Path, overwrite: bool) -> None:
+    """``path`` may be written: it is free, or (``overwrite``) an ONNX file vitpos wrote; its folder can be made."""
+    check_creatable(path, folder=False)
+    if path.exists():
+        if not overwrite:
+            raise ConfigError(f"{path} already exists; pass --overwrite to replace it, or another --out")
+        if not written_here(path):
+            raise ConfigError(f"{path} is not an ONNX file vitpos.export wrote; --overwrite replaces only those")
+
+
+def written_here(path: Path) -> bool:
+    """``path`` is an ONNX file whose metadata says vitpos.export wrote it."""
+    import onnx
+
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001 - whatever the parser raises, the file is not one of ours
+        return False
+    return any(p.key == MARK for p in proto.metadata_props)
 
 
 def check_onnx(path: str | Path, model: ViT, sizes: Sequence[tuple[int, int]]) -> dict[str, float]:
@@ -197,14 +286,19 @@ def export_onnx(
     method: str | None = None,
     resolutions: Sequence[tuple[int, int]] = (),
     check: bool = True,
+    overwrite: bool = False,
 ) -> ExportReport:
     """Write ``out`` (dynamic batch, height and width), or, when the scheme's method cannot serve a dynamic
     grid, one file per size in ``resolutions`` (default: the training size) named ``out``'s stem + size.
 
     resolutions: (H, W) sizes; for a dynamic export they are checked in addition to :func:`probe_sizes`.
     check: compare each file with the model under onnxruntime (needs onnxruntime).
+    overwrite: replace a file at ``out`` (or a fixed size's name) that vitpos.export wrote; without it an existing
+    file is an error, and a file vitpos did not write always is.
     """
     _require_onnx(check)
+    out = Path(out)
+    _check_target(out, overwrite)
     model.eval()
     if method is not None:
         if method not in model.pos.methods:
@@ -212,16 +306,16 @@ def export_onnx(
         model.pos.method = method
     for hw in resolutions:
         _check_size(model, hw)
-    out = Path(out)
-    if out.is_dir():
-        raise ConfigError(f"--out {out} is a folder; give a file name such as {out / 'model.onnx'}")
     report = ExportReport(_scheme(model), model.pos.method, dynamic=True, files={})
-    try:
-        program = export_program(model, dynamic=True)
-    except NotDynamic as e:
-        report.dynamic, report.reason = False, f"its graph depends on the grid (guard: {e})"
+    if min(model.grid) < 2:
+        report.dynamic, report.reason = False, f"its training grid is {model.grid[0]}x{model.grid[1]} patches"
+    else:
+        try:
+            program = export_program(model, dynamic=True)
+        except NotDynamic as e:
+            report.dynamic, report.reason = False, f"its graph depends on the grid (guard: {e})"
     if report.dynamic:
-        write_onnx(program, out)
+        write_onnx(program, out, patch_size=model.patch_size)
         report.files["any"] = out
         sizes = list(dict.fromkeys([*probe_sizes(model), *map(tuple, resolutions)]))
         if check:
@@ -229,7 +323,8 @@ def export_onnx(
         return report
     for hw in dict.fromkeys(map(tuple, resolutions or [train_size(model)])):
         path = out.with_name(f"{out.stem}_{resolution_label(hw)}{out.suffix or '.onnx'}")
-        write_onnx(export_program(model, dynamic=False, size=hw), path)
+        _check_target(path, overwrite)
+        write_onnx(export_program(model, dynamic=False, size=hw), path, patch_size=model.patch_size)
         report.files[resolution_label(hw)] = path
         if check:
             report.checked |= check_onnx(path, model, [hw])
@@ -263,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="sizes R or HxW: checked in addition (dynamic export), or exported one file each (fixed grid)",
     )  # fmt: skip
     p.add_argument("--no-check", action="store_true", help="skip the onnxruntime comparison")
+    p.add_argument("--overwrite", action="store_true", help="replace an ONNX file vitpos wrote at --out")
     return p
 
 
@@ -271,10 +367,10 @@ def summary_lines(report: ExportReport, model: ViT) -> list[str]:
     if report.dynamic:
         lines = [
             f"{head}: dynamic batch, height and width (multiples of {model.patch_size} px, "
-            f"grids 2..{MAX_GRID} per side) -> {report.files['any']}"
+            f"grids 2..{MAX_GRID} per side) -> {shell(report.files['any'])}"
         ]
     else:
-        files = ", ".join(f"{label} px -> {path}" for label, path in report.files.items())
+        files = ", ".join(f"{label} px -> {shell(path)}" for label, path in report.files.items())
         lines = [
             f"{head}: NOT dynamic in height and width ({report.reason}); exported for fixed sizes "
             f"(dynamic batch): {files}. Pass --resolutions R ... for other sizes."
@@ -295,11 +391,16 @@ def main(argv: list[str] | None = None) -> int:
         from .checkpoint import load_model
 
         resolutions = [to_hw(parse_resolution(r)) for r in args.resolutions]
+        _check_target(Path(args.out), args.overwrite)  # before the checkpoint is read and the model traced
         model = load_model(args.ckpt)
-        report = export_onnx(model, args.out, method=args.method, resolutions=resolutions, check=not args.no_check)
+        report = export_onnx(model, args.out, method=args.method, resolutions=resolutions, check=not args.no_check,
+                             overwrite=args.overwrite)  # fmt: skip
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"vitpos.export: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("vitpos.export: interrupted; every file is written whole or not at all", file=sys.stderr)
+        return 130
     for line in summary_lines(report, model):
         print(line)
     return 0 if not report.checked or report.max_rel_diff <= RTOL else 1
