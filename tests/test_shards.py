@@ -8,6 +8,7 @@ training step saw can be read back from the normalised batch: no hook in vitpos 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -203,6 +204,115 @@ def group_processes() -> set[int]:
             if int(stat.read_text().rsplit(")", 1)[1].split()[2]) == group:  # fields after the name: state ppid pgrp
                 found.add(int(stat.parent.name))
     return found
+
+
+# -- class-sorted sources ----------------------------------------------------------------------------------------
+SORTED_CLASSES, SORTED_TRAIN, SORTED_VAL = 4, 256, 25  # per class
+
+
+def sorted_image(c: int, rng) -> Image.Image:
+    """16 px, class c: a bright 8 px square in quadrant c of a noisy field (position is all that tells the classes)."""
+    pixels = torch.randint(0, 60, (16, 16, 3), generator=rng)
+    y, x = divmod(c, 2)
+    pixels[8 * y : 8 * y + 8, 8 * x : 8 * x + 8] += 140
+    return Image.fromarray(pixels.clamp(0, 255).byte().numpy())
+
+
+@pytest.fixture(scope="module")
+def class_sorted(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """An image folder (ImageFolder lists it class by class, as every real one), its shards in one file (600
+    images, far below the default 64 MB) and in files of about 40 images, a class or two each in the source's order."""
+    rng = torch.Generator().manual_seed(0)
+    root = tmp_path_factory.mktemp("sorted")
+    folder = root / "folder"
+    for split, n in (("train", SORTED_TRAIN), ("val", SORTED_VAL)):
+        for c in range(SORTED_CLASSES):
+            d = folder / split / f"class{c}"
+            d.mkdir(parents=True)
+            for k in range(n):
+                sorted_image(c, rng).save(d / f"{k:03d}.png")
+    cfg = DataConfig(name="imagefolder", data_dir=str(folder))
+    write_shards(cfg, root / "one-file", img_size=16, workers=1, verbose=False)
+    write_shards(cfg, root / "small-files", img_size=16, splits=["train"], chunk_bytes="32kB", workers=1, verbose=False)
+    return folder, root / "one-file", root / "small-files"
+
+
+def label_counts(loader) -> list[list[int]]:
+    """Samples per class in each full batch of one epoch (read to its end: a LitData reader left half-way keeps
+    threads that a later fork in this process would inherit mid-operation)."""
+    return [torch.bincount(y, minlength=SORTED_CLASSES).tolist() for _, y, w in loader if bool((w > 0).all())]
+
+
+def mixed(counts: list[list[int]]) -> bool:
+    """Every batch of 32 holds 3 or 4 classes and none more than 20 times (8 expected; sd 2.4)."""
+    return all(sum(n > 0 for n in c) >= 3 and max(c) <= 20 for c in counts)
+
+
+def test_the_first_batches_from_shards_of_a_class_sorted_folder_hold_every_class(class_sorted):
+    shards = class_sorted[2]
+    assert len(list((shards / "train").glob("*.bin"))) > SORTED_CLASSES  # files of one class in the source's order
+    dm = build_datamodule(DataConfig(name="shards", data_dir=str(shards), batch_size=32), 16, seed=0)
+    dm.train_set = dm.train_dataset()  # (only the training split here)
+    counts = label_counts(dm.train_dataloader())
+    assert mixed(counts[:4]), counts
+
+
+def _sorted_sample(i: int) -> dict:
+    """Sample i of a shard file written class by class: 150 samples of each of 4 labels, its id in the pixel."""
+    buf = io.BytesIO()
+    colour_image(i).save(buf, format="PNG")
+    return {"image": buf.getvalue(), "label": i // 150, "index": i}
+
+
+def test_the_reader_permutes_all_the_samples_of_a_shard_file_not_blocks_of_them(tmp_path):
+    """One shard file of 600 samples stored class by class (as an older writer left them): LitData's default
+    in-file shuffle permutes blocks of 256 consecutive samples, whose batches then hold one or two classes."""
+    from litdata import optimize
+
+    root = tmp_path / "set"
+    optimize(fn=_sorted_sample, inputs=list(range(600)), output_dir=str(root / "train"), chunk_bytes="64MB",
+             num_workers=1, verbose=False)  # fmt: skip
+    meta = {"format": 1, "source": "imagefolder", "num_classes": 4, "classes": list("abcd"), "in_chans": 3,
+            "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD), "native_size": 32, "shuffle": {"train": 0},
+            "splits": {"train": 600}}  # fmt: skip
+    (root / "meta.json").write_text(json.dumps(meta))
+    dm = build_datamodule(DataConfig(name="shards", data_dir=str(root), batch_size=32), 32, seed=0)
+    dm.train_set = dm.train_dataset()  # (no val split here)
+    counts = label_counts(dm.train_dataloader())
+    assert mixed(counts[:4]), counts
+
+
+def test_shards_of_a_class_sorted_folder_train_as_well_as_the_folder(class_sorted, tmp_path):
+    folder, shards, _ = class_sorted
+    top1 = {}
+    for name, data_dir in (("imagefolder", folder), ("shards", shards)):
+        out = tmp_path / name
+        args = [*TINY, "--data", name, "--data-dir", str(data_dir), "--img-size", "16", "--patch-size", "8",
+                "--epochs", "5", "--batch-size", "32", "--lr", "3e-3", "--warmup-epochs", "0",
+                "--pos-lr-warmup-epochs", "0", "--out", str(out)]  # fmt: skip
+        assert main(args) == 0
+        top1[name] = json.loads((out / "results.json").read_text())["best_val_top1"]
+    # chance is 0.25; a run fed one class per batch ends near it
+    assert top1["imagefolder"] >= 0.9 and top1["shards"] >= 0.9, top1
+    assert abs(top1["shards"] - top1["imagefolder"]) <= 0.1, top1
+
+
+def test_the_writer_records_its_shuffle_and_a_rerun_asking_for_another_order_or_size_is_refused(class_sorted, tmp_path):
+    folder, shards, _ = class_sorted
+    meta = json.loads((shards / "meta.json").read_text())
+    assert meta["shuffle"] == {"train": 0} and meta["splits"]["train"] == SORTED_CLASSES * SORTED_TRAIN
+    from litdata import StreamingDataset
+
+    stored = [s["index"] for s in StreamingDataset(str(shards / "train"))]
+    assert sorted(stored) == list(range(SORTED_CLASSES * SORTED_TRAIN)) and stored != sorted(stored)
+    assert [s["index"] for s in StreamingDataset(str(shards / "val"))] == list(range(SORTED_CLASSES * SORTED_VAL))
+    cfg = DataConfig(name="imagefolder", data_dir=str(folder))
+    with pytest.raises(ConfigError, match="differ in shuffle"):
+        write_shards(cfg, shards, img_size=16, seed=1, workers=1, verbose=False)
+    out = tmp_path / "shapes"
+    write_shards(DataConfig(name="shapes", train_size=40), out, splits=["train"], workers=1, verbose=False)
+    with pytest.raises(ConfigError, match="holds 40 images, this command gives 50"):
+        write_shards(DataConfig(name="shapes", train_size=50), out, splits=["train"], workers=1, verbose=False)
 
 
 # -- training and evaluation -------------------------------------------------------------------------------------

@@ -14,8 +14,14 @@ split). Images stay encoded: image files (``imagefolder``, ``hf:``) keep their b
 ``--quality Q`` re-encodes every image as JPEG at quality Q. Splits are exactly those the source data
 module serves (its holdout included), so training from the shards sees what training from the source sees.
 
+The training split is written in an order shuffled by ``--seed`` (recorded in meta.json as ``shuffle``), so that
+every shard file holds a mix of the classes even where the source lists them class by class (an image folder does):
+a reader that streams the shard files one after another still sees every class in every batch. Validation and test
+keep the source's order.
+
 Interrupted? Run the same command again: finished splits (those with index.json) are kept and LitData's
-per-worker checkpoints continue the unfinished one. ``--overwrite`` starts afresh.
+per-worker checkpoints continue the unfinished one. ``--overwrite`` starts afresh: it deletes the shards of an
+earlier run in ``--out``, and refuses when the folder holds anything else (it is then not a shard folder).
 """
 
 from __future__ import annotations
@@ -25,24 +31,28 @@ import contextlib
 import io
 import json
 import multiprocessing
+import multiprocessing.util
 import os
 import re
 import shutil
 import signal
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset, Subset
 
 from ..cli import OneLineParser, add_config_flags, given_fields
 from ..config import DataConfig, ModelConfig, TrainerConfig
 from ..errors import ConfigError
+from ..outputs import NO_ROOM, make_dir, shell, write_failed
 from .base import SPLITS, VitposDataModule
-from .shards import FORMAT, META
+from .images import pixel_limit_error
+from .shards import FORMAT, META, check_split
 
 
 def class_names(dm: VitposDataModule) -> list[str]:
@@ -101,6 +111,9 @@ class SampleWriter:
     def __call__(self, i: int) -> dict[str, Any]:
         if self._ds is None and self._dm is None and multiprocessing.parent_process() is not None:
             _end_helpers_with_worker()  # the first item in a LitData worker process
+            # One thread per worker: the workers are the parallelism, and a forked process that enters OpenMP's
+            # thread pool after its parent used it (a training run before, in the same process) hangs.
+            torch.set_num_threads(1)
         ds = self._source()
         if ds is None:  # shapes: rendered at img_size, the scene of index i of the split's stream
             from .shapes import render_shapes
@@ -122,17 +135,27 @@ class SampleWriter:
 
 
 def _end_helpers_with_worker() -> None:
-    """After any failure LitData ends its workers with SIGTERM. Each worker has started a helper process of its
-    own (a file remover, blocked on its queue until the worker's normal end), which would outlive the worker,
-    orphaned; so on SIGTERM a worker ends its helpers first."""
+    """Each LitData worker starts a helper process of its own (a file remover, blocked on its queue until the
+    worker's normal end). After a failure elsewhere LitData ends its workers with SIGTERM, and the helper would
+    outlive its worker, orphaned: on SIGTERM a worker ends its helpers first. A worker whose own write failed (a full
+    disk) stops without telling its helper, and its exit would wait for the helper forever (and LitData for the
+    worker): a worker's exit ends its helpers too (multiprocessing runs exit finalizers before that wait)."""
 
     def end(signum: int, frame: Any) -> None:
-        for helper in multiprocessing.active_children():
-            helper.terminate()
-            helper.join()
+        _end_helpers(grace=0.0)
         os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, end)
+    multiprocessing.util.Finalize(None, _end_helpers, exitpriority=0)
+
+
+def _end_helpers(grace: float = 5.0) -> None:
+    """End this process's children, each given ``grace`` seconds to end by itself first."""
+    for helper in multiprocessing.active_children():
+        helper.join(timeout=grace)
+        if helper.is_alive():
+            helper.terminate()
+            helper.join()
 
 
 def _label_of(ds: Dataset, i: int) -> int:
@@ -146,12 +169,16 @@ def _check_decodes(data: bytes, name: str) -> None:
     try:
         with Image.open(io.BytesIO(data)) as img:
             img.verify()
+    except Image.DecompressionBombError as e:
+        raise pixel_limit_error(name, e) from None
     except Exception as e:  # PIL raises many types for a bad file
         why = "not an image PIL can read" if isinstance(e, UnidentifiedImageError) else str(e).splitlines()[0]
         raise ConfigError(f"cannot decode image {name}: {why}") from None
 
 
-def describe(dm: VitposDataModule, img_size: int, quality: int | None, sizes: dict[str, int]) -> dict[str, Any]:
+def describe(
+    dm: VitposDataModule, img_size: int, quality: int | None, sizes: dict[str, int], seed: int
+) -> dict[str, Any]:
     """meta.json: everything the reader needs without opening the source."""
     return {
         "format": FORMAT,
@@ -163,8 +190,100 @@ def describe(dm: VitposDataModule, img_size: int, quality: int | None, sizes: di
         "std": list(dm.std),
         "native_size": dm.native_size if dm.name not in ("shapes",) else img_size,
         "encoding": "png, or the source files' bytes" if quality is None else f"jpeg q{quality}",
+        "shuffle": {"train": seed},  # the split written in the order of permutation(seed), the others as found
         "splits": sizes,
     }
+
+
+def written_order(split: str, size: int, shuffle: dict[str, int]) -> list[int]:
+    """The source indices of ``split`` in the order they are written: a permutation fixed by the recorded seed for a
+    shuffled split, the source's order for the others."""
+    if split not in shuffle:
+        return list(range(size))
+    return torch.randperm(size, generator=torch.Generator().manual_seed(int(shuffle[split]))).tolist()
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "k": 10**3, "m": 10**6, "g": 10**9,
+          "t": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
+
+
+def parse_bytes(text: str | int) -> int:
+    """'64MB', '512kB', '1GiB' or a number of bytes -> bytes; anything else is a ConfigError."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = found.group(2).lower() if found else None
+    if unit not in _UNITS or int(float(found.group(1)) * _UNITS[unit]) < 1:  # type: ignore[union-attr]
+        raise ConfigError(f"--chunk-bytes must be a size such as 64MB, 512kB or 1GiB, got '{text}'")
+    return int(float(found.group(1)) * _UNITS[unit])  # type: ignore[union-attr]
+
+
+def foreign_entries(root: Path) -> list[str]:
+    """What ``root`` holds besides the shards vitpos.data.shard writes (meta.json, and LitData's files in one
+    folder per split): the things ``--overwrite`` must not delete."""
+    foreign = []
+    for p in sorted(root.iterdir()):
+        if p.name == META and p.is_file() and _is_meta(p):
+            continue
+        if p.name in SPLITS and p.is_dir() and all(_is_litdata_file(q.name) for q in p.iterdir()):
+            continue
+        foreign.append(p.name + ("/" if p.is_dir() else ""))
+    return foreign
+
+
+def _is_meta(path: Path) -> bool:
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and {"format", "source", "splits"} <= set(meta)
+
+
+def _is_litdata_file(name: str) -> bool:
+    """A file LitData's writer leaves in an output folder: chunks, (per-worker) indexes, its checkpoints."""
+    return name == ".checkpoints" or re.fullmatch(r"chunk-\d+-\d+\.bin|(\d+-)?index\.json", name) is not None
+
+
+def _prepare_out(root: Path, meta: dict[str, Any], sizes: dict[str, int], overwrite: bool) -> None:
+    """Make ``root`` ready for ``meta``'s shards: refuse a folder that holds something else, delete an earlier run's
+    shards only with ``overwrite``, and check that a rerun asks for what the finished splits hold."""
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"--out {root} is a file, not a folder")
+    if root.is_dir() and any(root.iterdir()):
+        foreign = foreign_entries(root)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise ConfigError(
+                f"{root} holds files vitpos.data.shard did not write ({shown}); choose another --out (a new or "
+                "empty folder)"
+            )
+        if overwrite:
+            for name in (META, *SPLITS):
+                target = root / name
+                if target.is_dir():
+                    shutil.rmtree(target)
+                else:
+                    target.unlink(missing_ok=True)
+    old = root / META
+    if old.is_file():
+        before = json.loads(old.read_text())
+        differ = sorted(k for k in {*before, *meta} - {"splits"} if before.get(k) != meta.get(k))
+        if differ:
+            raise ConfigError(
+                f"{root} holds shards of another set, encoding or order (they differ in {', '.join(differ)}); "
+                "pass --overwrite to write them again, or another --out"
+            )
+        for split, n in sizes.items():
+            had = before.get("splits", {}).get(split)
+            if (root / split).is_dir() and had is not None and had != n:
+                raise ConfigError(
+                    f"{root / split} holds {had} images, this command gives {n}; pass --overwrite to write them "
+                    "again, or another --out"
+                )
+        meta["splits"] = {**before.get("splits", {}), **sizes}
+    make_dir(root)
+    try:
+        (root / META).write_text(json.dumps(meta, indent=2) + "\n")
+    except OSError as e:
+        raise write_failed(e, root / META, "nothing was written") from None
 
 
 def write_shards(
@@ -176,7 +295,7 @@ def write_shards(
     splits: Sequence[str] = SPLITS,
     workers: int = 1,
     quality: int | None = None,
-    chunk_bytes: str = "64MB",
+    chunk_bytes: str | int = "64MB",
     overwrite: bool = False,
     verbose: bool = True,
 ) -> dict[str, Any]:
@@ -191,25 +310,18 @@ def write_shards(
         raise ConfigError(f"--quality must be in 1..100, got {quality}")
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
+    for flag, value in (("--img-size", img_size), ("--max-image-pixels", cfg.max_image_pixels)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} must be a positive integer, got {value}")
     for s in splits:
         if s not in SPLITS:
             raise ConfigError(f"unknown split '{s}'; valid: {', '.join(SPLITS)}")
+    chunk = parse_bytes(chunk_bytes)
     dm = build_datamodule(cfg, img_size, seed)
     sizes = {s: (cfg_size(cfg, s) if dm.name == "shapes" else len(dm.raw(s))) for s in splits}  # type: ignore[arg-type]
-    meta = describe(dm, img_size, quality, sizes)
+    meta = describe(dm, img_size, quality, sizes, seed)
     root = Path(out)
-    if overwrite and root.exists():
-        shutil.rmtree(root)
-    old = root / META
-    if old.is_file():
-        before = json.loads(old.read_text())
-        if {k: v for k, v in before.items() if k != "splits"} != {k: v for k, v in meta.items() if k != "splits"}:
-            raise ConfigError(f"{root} holds shards of another set or encoding; pass --overwrite or another --out")
-        meta["splits"] = {**before.get("splits", {}), **sizes}
-    elif root.exists() and any(root.iterdir()):
-        raise ConfigError(f"{root} is not empty and holds no {META}; pass --overwrite or another --out")
-    root.mkdir(parents=True, exist_ok=True)
-    (root / META).write_text(json.dumps(meta, indent=2) + "\n")
+    _prepare_out(root, meta, sizes, overwrite)
     for split in splits:
         dest = root / split
         if (dest / "index.json").is_file():
@@ -219,37 +331,95 @@ def write_shards(
         writer = SampleWriter(cfg, img_size, seed, split, quality)
         before = set(multiprocessing.active_children())
         # LitData drains its workers' message queue only when verbose; without that a failed worker leaves the
-        # run waiting forever. So it always runs verbose, and quiet means its output goes nowhere.
+        # run waiting forever. So it always runs verbose; what it prints on stdout (its steps, an advert) goes
+        # nowhere, its progress bar (stderr) shows unless quiet.
         quiet = contextlib.ExitStack()
+        sink = quiet.enter_context(open(os.devnull, "w"))  # noqa: SIM115
+        quiet.enter_context(contextlib.redirect_stdout(sink))
         if not verbose:
-            sink = quiet.enter_context(open(os.devnull, "w"))  # noqa: SIM115
-            quiet.enter_context(contextlib.redirect_stdout(sink))
             quiet.enter_context(contextlib.redirect_stderr(sink))
-        with quiet, warnings.catch_warnings():
+        with quiet, warnings.catch_warnings(), _ctrl_c_in_this_process():
             warnings.simplefilter("ignore")
             try:
                 optimize(
                     fn=writer,
-                    inputs=list(range(sizes[split])),
+                    inputs=written_order(split, sizes[split], meta["shuffle"]),
                     output_dir=str(dest),
-                    chunk_bytes=chunk_bytes,
+                    chunk_bytes=chunk,
                     num_workers=workers,
                     use_checkpoint=True,  # an interrupted split continues where each worker stopped
                     reorder_files=False,
                     start_method="fork",  # workers inherit the imported modules (spawn re-imports torch in each)
                     verbose=True,
                 )
-            except RuntimeError as e:  # a worker failed; LitData passes on its traceback as text
+            except (RuntimeError, KeyboardInterrupt) as e:  # a worker failed (LitData passes on its traceback as text)
                 for child in set(multiprocessing.active_children()) - before:
                     child.terminate()  # LitData has sent this already; wait until each worker has ended
                     child.join()
-                found = re.search(r"ConfigError: (.*)", str(e))
-                why = found.group(1) if found else f"{str(e).strip().splitlines()[-1]}; rerun the command to continue"
-                raise ConfigError(f"{split}: {why}") from None
-        if not (dest / "index.json").is_file():
-            raise ConfigError(f"{split}: writing the shards into {dest} failed (no index.json); see the messages above")
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                raise ConfigError(f"{split}: {_worker_failure(str(e))}") from None
+        _check_written(dest, sizes[split])
         shutil.rmtree(dest / ".checkpoints", ignore_errors=True)
     return meta
+
+
+@contextlib.contextmanager
+def _ctrl_c_in_this_process() -> Iterator[None]:
+    """Ctrl-C while LitData writes: a KeyboardInterrupt in this process, nothing in its workers.
+
+    LitData's writer answers SIGINT with ``os._exit(0)``, a silent exit with status 0, so it is not let install
+    its handler (``signal.signal`` ignores SIGINT meanwhile). The terminal sends SIGINT to every process of its
+    group; the workers, forked with this handler, ignore it, and this process ends them."""
+    here, install = os.getpid(), signal.signal
+
+    def on_ctrl_c(signum: int, frame: Any) -> None:
+        if os.getpid() == here:
+            raise KeyboardInterrupt
+
+    def install_but_sigint(signum: int, handler: Any) -> Any:
+        return signal.getsignal(signum) if signum == signal.SIGINT else install(signum, handler)
+
+    previous = install(signal.SIGINT, on_ctrl_c)
+    signal.signal = install_but_sigint  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        signal.signal = install
+        install(signal.SIGINT, previous)
+
+
+def _check_written(dest: Path, size: int) -> None:
+    """The split in ``dest`` holds ``size`` samples in whole chunk files, or it is removed (a rerun writes it again):
+    LitData can end without an error after a write of its failed (a full disk), with chunks missing from its index."""
+    try:
+        written = check_split(str(dest.parent), dest.name)
+    except ConfigError:
+        written = None
+    if written == size:
+        return
+    shutil.rmtree(dest, ignore_errors=True)
+    held = "no readable index" if written is None else f"{written} of {size} images"
+    raise ConfigError(
+        f"{dest.name}: the shards written into {dest} hold {held} (a write failed: is the disk full, or a quota or "
+        "file-size limit reached?); that split was removed and finished splits are kept: make room and run the same "
+        "command again"
+    )
+
+
+def _worker_failure(text: str) -> str:
+    """One line for a writer worker's failure, from the traceback text LitData passes on."""
+    found = re.search(r"(?:ConfigError|PixelLimitError|DecodeError): (.*)", text)  # vitpos's one-line errors
+    if found:
+        return found.group(1)
+    room = re.search(r"OSError: \[Errno (\d+)\] ([^:\n]*)", text)
+    if room and int(room.group(1)) in NO_ROOM:
+        return (
+            f"{room.group(2)} (the disk is full, or a quota or file-size limit is reached); the finished splits "
+            "are kept: make room and run the same command again to continue"
+        )
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return f"{lines[-1].strip() if lines else 'a writer process failed'}; run the same command again to continue"
 
 
 def cfg_size(cfg: DataConfig, split: str) -> int:
@@ -263,7 +433,7 @@ def _say(verbose: bool, msg: str) -> None:
 
 # Settings shared with train.py, declared once on the config fields (vitpos.cli).
 CONFIG_FLAGS = ("data.data_dir", "data.download", "data.train_size", "data.val_size", "data.test_size",
-                "data.holdout_size", "model.img_size", "trainer.seed")  # fmt: skip
+                "data.holdout_size", "data.max_image_pixels", "model.img_size", "trainer.seed")  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -275,7 +445,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=max(1, min(8, os.cpu_count() or 1)), help="writer processes")
     p.add_argument("--quality", type=int, help="re-encode every image as JPEG at this quality (default: keep)")
     p.add_argument("--chunk-bytes", default="64MB", help="size of one shard file (LitData's chunk_bytes)")
-    p.add_argument("--overwrite", action="store_true", help="delete what --out holds and start afresh")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete the shards --out holds and start afresh (refused if it holds other files)",
+    )
     p.add_argument("--quiet", action="store_true")
     return p
 
@@ -292,8 +466,17 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"vitpos.data.shard: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if not args.quiet:
+            print(file=sys.stderr)  # below LitData's progress bar, not beside it
+        print(
+            "vitpos.data.shard: interrupted; the finished splits are kept, and the same command continues the "
+            f"rest: {shell('python', '-m', 'vitpos.data.shard', *(argv if argv is not None else sys.argv[1:]))}",
+            file=sys.stderr,
+        )
+        return 130
     counts = ", ".join(f"{s} {n}" for s, n in meta["splits"].items())
-    print(f"vitpos.data.shard: {meta['source']} ({meta['num_classes']} classes; {counts}) in {args.out}")
+    print(f"vitpos.data.shard: {meta['source']} ({meta['num_classes']} classes; {counts}) in {shell(args.out)}")
     return 0
 
 

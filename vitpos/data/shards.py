@@ -9,8 +9,11 @@ Training reads ``DST/train`` through LitData's ``StreamingDataset`` / ``Streamin
   ``batch x ranks`` samples it leaves out come as one more batch on every rank, padded to full size with copies
   whose loss weight is 0 (:class:`vitpos.data.streaming.EveryOnceLoader`). So every rank takes the same number of
   steps and every sample is trained on once per epoch, whatever N; the loss is the mean over real samples.
-* **Deterministic shuffle.** The order is a function of (``--seed``, epoch): shard files are permuted, then
-  the samples inside each; a rerun or a resumed run draws the same order.
+* **Shuffled twice.** The writer stores the training samples in a shuffled order (``meta.json``'s ``shuffle``), so
+  every shard file mixes the classes; each epoch the reader permutes the shard files, then all the samples inside
+  each (LitData's item-level shuffle over the whole file, not its default blocks of 256). The order is a function of
+  (``--seed``, epoch): a rerun or a resumed run draws the same order. Shards written in their source's order (by an
+  older vitpos) are read, with a note to write them again: a class-sorted source gives batches of one class.
 * **Mid-epoch resume.** The loader's position (epoch, samples yielded, seed) is a plain dict that Lightning
   stores in every checkpoint (``StreamingDataLoader.state_dict``); ``--resume`` from a checkpoint written
   mid-epoch (``--ckpt-every-n-steps``) continues with the next sample of that epoch.
@@ -31,17 +34,20 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, UnidentifiedImageError
+from lightning.pytorch.utilities import rank_zero_only
+from PIL import Image
 from torch.utils.data import Dataset
 
 from ..compat.litdata import download, force_single_node_plan
 from ..config import DataConfig
 from ..errors import ConfigError
 from .base import TransformDataset, VitposDataModule
+from .images import DecodeError, open_image
 from .transforms import train_transform
 
 META = "meta.json"
@@ -96,13 +102,10 @@ def check_split(root: str, split: str) -> int:
 
 def decode(data: bytes, in_chans: int, where: str) -> Image.Image:
     """Stored bytes -> PIL image with the set's channels; undecodable bytes are a ConfigError."""
-    import io
-
     try:
-        with Image.open(io.BytesIO(data)) as img:
-            return img.convert("L" if in_chans == 1 else "RGB")
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
-        raise ConfigError(f"shards: cannot decode the image of {where} ({str(e).splitlines()[0]})") from None
+        return open_image(data, "L" if in_chans == 1 else "RGB", where)
+    except DecodeError as e:
+        raise ConfigError(f"shards: cannot decode the image of {where} ({e.reason})") from None
 
 
 class DecodeSample:
@@ -165,7 +168,8 @@ class ShardsDataModule(VitposDataModule):
             self.mean, self.std = tuple(meta["mean"]), tuple(meta["std"])
             self.native_size = int(meta["native_size"])
             self.source = str(meta["source"])
-        except (KeyError, TypeError, ValueError):
+            self.shuffled = "train" in meta.get("shuffle", {})
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise ConfigError(f"shards: {_join(self.root, META)} lacks a field vitpos needs; {HOW}") from None
         self._sizes: dict[str, int] = {}
         self._train_loader: Any = None
@@ -186,11 +190,22 @@ class ShardsDataModule(VitposDataModule):
         from litdata import StreamingDataset
 
         self.size("train")
+        if not self.shuffled and rank_zero_only.rank == 0:
+            print(
+                f"vitpos: note: the shards in {self.root} were written in the order of their source (by an older "
+                "vitpos); from a source sorted by class (an image folder) each batch holds one class. Write them "
+                "again with python -m vitpos.data.shard --overwrite",
+                file=sys.stderr,
+                flush=True,
+            )
         self._train_transform = train_transform(self.img_size, self.cfg, self.mean, self.std)
         transform = DecodeSample(self._train_transform, self.in_chans, _join(self.root, "train"))
         # Built in setup(), after the process group exists: LitData reads the ranks from it here.
         root = _join(self.root, "train")
-        ds = StreamingDataset(root, shuffle=True, seed=self.seed, drop_last=True, transform=transform)
+        # item_shuffle_window=0: every sample of a shard file permuted, so a batch is drawn from the whole file
+        ds = StreamingDataset(
+            root, shuffle=True, seed=self.seed, drop_last=True, transform=transform, item_shuffle_window=0
+        )
         return force_single_node_plan(ds)  # LitData's multi-node plan repeats samples; see vitpos.data.streaming
 
     def train_dataloader(self):
