@@ -261,8 +261,8 @@ def test_fashion_mnist_missing_files_message(tmp_path, monkeypatch):
     msg = str(e.value)
     assert "apt-get install dataset-fashion-mnist" in msg and "--download" in msg
     assert str(tmp_path / "empty") in msg and "\n" not in msg
-    # without data_dir and without the system folder, it names the cache folder
-    with pytest.raises(ConfigError, match=str(tmp_path / "cache")):
+    # without data_dir and without the system folder, it names the cache folder and the system folder it tried
+    with pytest.raises(ConfigError, match=f"{tmp_path / 'cache'}.* nor in {tmp_path / 'absent'}"):
         build_datamodule(DataConfig(name="fashion-mnist"), 28).setup("fit")
 
 
@@ -302,8 +302,62 @@ def test_imagefolder_layout_errors(tmp_path):
     with pytest.raises(ConfigError, match="val"):
         build_datamodule(DataConfig(name="imagefolder", data_dir=str(tmp_path)), 16)
     _write_folder(tmp_path, "val", "dog", [1])
-    with pytest.raises(ConfigError, match="differ"):
+    with pytest.raises(ConfigError, match="differ .*: it lacks cat; it has dog that train/ lacks"):
         build_datamodule(DataConfig(name="imagefolder", data_dir=str(tmp_path)), 16)
+
+
+def test_imagefolder_reads_no_hidden_folder_or_file(tmp_path):
+    for split in ("train", "val"):
+        _write_folder(tmp_path, split, "cat", [10, 20])
+        _write_folder(tmp_path, split, "dog", [200])
+    _write_folder(tmp_path, "train", ".ipynb_checkpoints", [99])  # a notebook's, beside the classes
+    _write_folder(tmp_path, "val", "cat/.ipynb_checkpoints", [99])  # and inside one
+    Image.new("RGB", (4, 4)).save(tmp_path / "train" / "dog" / ".hidden.png")
+    dm = build_datamodule(DataConfig(name="imagefolder", data_dir=str(tmp_path)), 16)
+    assert dm.classes == ["cat", "dog"]
+    assert [len(dm.raw(s)) for s in ("train", "val")] == [3, 3]
+
+
+def gradient16(path: Path, size: int = 64) -> np.ndarray:
+    """A 16-bit grayscale PNG: a horizontal ramp over the whole 0..65535 range; its values."""
+    ramp = np.tile(np.linspace(0, 65535, size).round().astype(np.uint16), (size, 1))
+    Image.fromarray(ramp).save(path)
+    assert Image.open(path).mode == "I;16"
+    return ramp
+
+
+def test_a_16_bit_image_is_scaled_to_8_bits_not_clipped(tmp_path):
+    from vitpos.data.imagefolder import load_rgb
+    from vitpos.data.shards import decode
+
+    ramp = gradient16(tmp_path / "g.png")
+    expected = np.round(ramp / 257)
+    for img in (load_rgb(str(tmp_path / "g.png")), decode((tmp_path / "g.png").read_bytes(), 3, "train sample 0")):
+        got = np.asarray(img)
+        assert img.mode == "RGB" and np.abs(got[..., 0] - expected).max() <= 1
+        assert (got == 255).mean() < 0.05  # PIL's own conversion makes 99 % of it white
+    assert np.abs(np.asarray(decode((tmp_path / "g.png").read_bytes(), 1, "x")) - expected).max() <= 1  # and gray
+
+
+def test_an_image_over_the_pixel_limit_is_one_line_naming_it_in_every_reader(tmp_path, capsys):
+    from vitpos.data import shard
+    from vitpos.training import main
+
+    for split in ("train", "val"):
+        _write_folder(tmp_path / "set", split, "cat", [10], size=(8, 8))
+        _write_folder(tmp_path / "set", split, "dog", [200], size=(8, 8))
+    big = tmp_path / "set" / "train" / "dog" / "big.png"
+    Image.new("RGB", (40, 40)).save(big)  # 1600 pixels: over twice a limit of 500
+    common = ["--data", "imagefolder", "--data-dir", str(tmp_path / "set"), "--max-image-pixels", "500"]
+    tiny = ["--embed-dim", "16", "--depth", "1", "--num-heads", "2", "--img-size", "8", "--batch-size", "3"]
+    for argv in ([*common, *tiny, "--fast-dev-run"], [*common, *tiny, "--verify-images", "--out", str(tmp_path / "r")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "big.png has 1,600 pixels" in err and "--max-image-pixels" in err, err
+    assert shard.main([*common, "--out", str(tmp_path / "sh"), "--workers", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "big.png has 1,600 pixels" in err, err
+    assert main([*common[:-1], "2000", *tiny, "--fast-dev-run"]) == 0  # the flag raises it
 
 
 @pytest.mark.parametrize("name", ["cifar10", "cifar100", "imagenet"])

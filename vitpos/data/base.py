@@ -34,6 +34,7 @@ from ..config import DataConfig
 from ..errors import ConfigError
 from ..regime import Window
 from ..resolution import to_hw
+from .images import set_pixel_limit
 from .resumable import EpochSeedSampler, ResumableLoader, StatefulDistributedSampler
 from .transforms import check_data_config, eval_transform, train_transform
 
@@ -149,6 +150,7 @@ class VitposDataModule(L.LightningDataModule):
         if cfg.train_limit and not self.supports_train_limit:
             raise ConfigError(f"--train-limit is not available for data set '{cfg.name}'")
         to_hw(img_size)
+        set_pixel_limit(cfg.max_image_pixels)  # PIL's, process-wide: loader workers fork with it
         self.cfg, self.img_size, self.seed = cfg, img_size, seed
         if cfg.mean is not None:  # normalisation asked for (a pretrained model's) instead of the data set's
             self.mean, self.std = tuple(cfg.mean), tuple(cfg.std)

@@ -26,6 +26,7 @@ from torch.utils.data import Dataset
 from ..config import DataConfig
 from ..errors import ConfigError
 from .base import VitposDataModule, holdout_split
+from .images import eight_bit
 from .torchvision_sets import IMAGENET_MEAN, IMAGENET_STD
 
 VAL_NAMES = ("validation", "val", "valid")
@@ -52,7 +53,7 @@ class HFImages(Dataset):
         img = row[self.image_col]
         if not isinstance(img, Image.Image):
             raise ConfigError(f"hf: column '{self.image_col}' does not hold images (got {type(img).__name__})")
-        return img.convert("L" if self.in_chans == 1 else "RGB"), int(row[self.label_col])
+        return eight_bit(img, "L" if self.in_chans == 1 else "RGB"), int(row[self.label_col])
 
     def encoded(self, i: int) -> tuple[bytes, int]:
         """The image's bytes as stored (no decode), for ``vitpos.data.shard``."""

@@ -107,8 +107,10 @@ class FashionMNISTDataModule(TorchvisionDataModule):
         return cache_dir() / "data"
 
     def _missing(self, src: Path) -> ConfigError:
+        searched = [src] + [self.system_dir] * (not self.cfg.data_dir and self.system_dir not in (None, src))
+        where = " nor in ".join(map(str, searched))
         return ConfigError(
-            f"{self.name}: no idx files ({', '.join(IDX_FILES)}, plain or .gz) in {src}; "
+            f"{self.name}: no idx files ({', '.join(IDX_FILES)}, plain or .gz) in {where}; "
             f"{self.apt_hint}pass --data-dir DIR holding them, or pass --download"
         )
 
