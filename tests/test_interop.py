@@ -280,11 +280,15 @@ def test_finetune_from_a_vitpos_checkpoint_at_a_new_size(tmp_path, capsys):
     assert train_main([*arch, "--out", str(src), *TINY_RUN]) == 0
     source = vitpos.load_model(src / "checkpoints" / "last.ckpt")
     dst = tmp_path / "dst"
-    # a different --pos on the command line is overridden by the checkpoint's architecture; lr ~0 keeps the start
-    argv = ["--init-from", str(src / "checkpoints" / "last.ckpt"), "--img-size", "48", "--pos", "rope2d",
+    # the checkpoint fixes the architecture: a flag that contradicts it is refused, naming both values
+    argv = ["--init-from", str(src / "checkpoints" / "last.ckpt"), "--img-size", "48",
             "--lr", "1e-12", "--warmup-epochs", "0", "--out", str(dst), *TINY_RUN]  # fmt: skip
     capsys.readouterr()
-    assert train_main(argv) == 0
+    assert train_main([*argv, "--pos", "rope2d", "--embed-dim", "32"]) == 2  # (32 is the checkpoint's: no clash)
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--pos rope2d (the weights: relbias)" in err and "embed" not in err, err
+    assert not dst.exists()
+    assert train_main(argv) == 0  # lr ~0 keeps the start
     log = capsys.readouterr().out
     assert "position carried from grid 8x8 to 12x12 by 'resize'" in log
     tuned = vitpos.load_model(dst / "checkpoints" / "last.ckpt")

@@ -18,7 +18,7 @@ import torch
 from vitpos.checkpoint import FORMAT, load_checkpoint, model_from_checkpoint
 from vitpos.errors import ConfigError
 from vitpos.lit import LitViT
-from vitpos.rundir import LOCK, RunLock, release_lock
+from vitpos.rundir import LOCK, RUN_CONFIG_HEADER, RunLock, release_lock
 from vitpos.training import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -391,16 +391,45 @@ def test_ckpt_every_n_steps_writes_last_mid_epoch(tmp_path):
 # -- distributed on the CPU --------------------------------------------------------------------------------------
 
 
+# train.py with each rank's training loss of every step written to LOSS_LOG.<rank>
+LOSS_LOGGING_TRAIN = """
+import os, sys
+from vitpos.lit import LitViT
+from vitpos.training import main
+
+real_step = LitViT.training_step
+
+def logged(self, batch, batch_idx):
+    loss = real_step(self, batch, batch_idx)
+    with open(os.environ["LOSS_LOG"] + f".{self.global_rank}", "a") as f:
+        f.write(f"{loss.item()!r}\\n")
+    return loss
+
+LitViT.training_step = logged
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 @pytest.mark.cli
 @pytest.mark.ddp
 def test_ddp_two_cpu_processes_trains_and_its_checkpoint_loads(tmp_path):
-    out = tmp_path / "ddp"
-    r = run_cmd(train_cmd(out, "--epochs", "1", "--train-size", "256", "--batch-size", "16", "--devices", "2",
-                          "--strategy", "ddp"))  # fmt: skip
+    out, script, log = tmp_path / "ddp", tmp_path / "train_logging.py", tmp_path / "loss"
+    script.write_text(LOSS_LOGGING_TRAIN)
+    cmd = train_cmd(out, "--epochs", "1", "--train-size", "256", "--batch-size", "16", "--devices", "2",
+                    "--strategy", "ddp")  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "LOSS_LOG": str(log), "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, str(script), *cmd[2:]], capture_output=True, text=True, timeout=300, env=env,
+                       cwd=ROOT)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
+    # the logged epoch loss is the mean over both ranks' steps, not rank 0's alone
+    losses = [[float(v) for v in log.with_name(f"loss.{k}").read_text().split()] for k in (0, 1)]
+    assert len(losses[0]) == len(losses[1]) == 8 and losses[0] != losses[1]
+    (logged,) = [float(row["train/loss_epoch"]) for row in metrics(out) if row.get("train/loss_epoch")]
+    assert logged == pytest.approx(sum(losses[0] + losses[1]) / 16, rel=1e-5)
+    assert logged != pytest.approx(sum(losses[0]) / 8, rel=1e-5)
     assert "global batch = 16 per device x 2 devices x 1 nodes = 32" in r.stdout
     for noise in ("Tip:", "GPU available", "LeafSpec", "smaller than the logging interval", "Restoring states",
-                  "Initializing distributed"):  # fmt: skip
+                  "Initializing distributed", "sync_dist"):  # fmt: skip
         assert noise not in r.stdout + r.stderr, noise  # 8 steps < log_every_n_steps: that warning was due here
     # 256 images, 16 per device, 2 ranks: each rank sees its own 128-image shard -> 8 steps.
     assert results(out)["global_step"] == 8
@@ -637,7 +666,7 @@ def leave_an_unfinished_start(out: Path, pos: str) -> None:
     (out / "logs").mkdir()
     (out / "logs" / "metrics.csv").write_text("epoch,step\n")
     (out / "tb").mkdir()
-    cfg.save_yaml(out / "config.yaml")
+    cfg.save_yaml(out / "config.yaml", header=RUN_CONFIG_HEADER)  # as train.py writes it
 
 
 def test_an_unfinished_start_does_not_block_a_new_start(tmp_path, capsys):
@@ -655,6 +684,18 @@ def test_resume_of_an_unfinished_start_starts_it_afresh_with_its_own_config(tmp_
     assert main(["--resume", "--out", str(out)]) == 0
     assert "starting it afresh" in capsys.readouterr().err
     assert results(out)["pos"] == "relbias" and results(out)["global_step"] == 2
+
+
+def test_a_users_own_config_yaml_is_never_taken_for_an_unfinished_start(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.yaml").write_text("model:\n  pos: none\n")  # the user's, e.g. to pass as --config
+    assert main(["--config", str(out / "config.yaml"), "--out", str(out), *TINY]) == 2
+    assert "already holds a run or other files" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["config.yaml"] and "pos: none" in (out / "config.yaml").read_text()
+    assert main(["--resume", "--out", str(out)]) == 2  # nor resumed as one; and no lock file is left behind
+    assert [p.name for p in out.iterdir()] == ["config.yaml"]
+    assert main(["--resume", "--out", str(tmp_path / "typo")]) == 2 and not (tmp_path / "typo").exists()
 
 
 def test_a_folder_with_other_files_is_never_cleared(tmp_path, capsys):

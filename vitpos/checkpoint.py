@@ -111,6 +111,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
+        except OSError as e:  # a full disk, a quota, a file-size limit: named after the checkpoint, not the temp file
+            Path(tmp).unlink(missing_ok=True)
+            raise OSError(e.errno, e.strerror, str(path)) from None
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

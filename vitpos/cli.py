@@ -14,6 +14,7 @@ import logging
 import typing
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,6 +24,7 @@ from .data import DATA_NAMES, HF_PREFIX, is_data_name
 from .errors import ConfigError
 from .pos import POS_SCHEMES, build_pos
 from .pos.base import parse_pos_aug
+from .resolution import parse_resolution, to_hw
 from .stems import STEMS
 
 _SECTION_TITLES = {"model": "model", "data": "data", "optim": "optimisation", "trainer": "trainer"}
@@ -71,6 +73,7 @@ def quiet_logs() -> None:
         r".*'set_vital' is deprecated.*",  # a deprecation inside torchdata's StatefulDataLoader
         r".*Experiment logs directory .* exists and is not empty.*",  # resumed runs append on purpose
         r".*Checkpoint directory .* exists and is not empty.*",  # idem
+        r".*Your `IterableDataset` has `__len__` defined.*",  # streamed shards: LitData splits them between workers
     ):
         warnings.filterwarnings("ignore", message=message)
 
@@ -129,7 +132,8 @@ def _add_field(group, f: dataclasses.Field, tp: Any, shown: str | None = None, *
     elif origin is dict:
         kw.update(action="append", metavar="KEY=VALUE")
     elif origin in (list, tuple):
-        kw.update(type=args[0], nargs=len(args) if origin is tuple else "+", metavar=args[0].__name__.upper())
+        item = args[0] if isinstance(args[0], type) else str  # int | str items (R or HxW) are read as text
+        kw.update(type=item, nargs=len(args) if origin is tuple else "+", metavar=item.__name__.upper())
     else:
         kw["type"] = _optional(tp) if optional else tp
         if choices_of(f):
@@ -232,6 +236,20 @@ def config_from_args(args: argparse.Namespace, base: Config | None = None) -> Co
     return cfg
 
 
+def asked_fields(args: argparse.Namespace) -> set[str]:
+    """The config fields the command line sets: its flags, a --model preset's fields and the --config file's keys
+    (field names are unique across sections)."""
+    from .config import MODEL_PRESETS
+
+    given = vars(args)
+    names = set(given) - {"config", "model"}
+    names |= set(MODEL_PRESETS.get(given.get("model", ""), {}))
+    if "config" in given:
+        data = _parse_value(Path(given["config"]).read_text()) or {}
+        names |= {k for section in data.values() if isinstance(section, dict) for k in section}
+    return names
+
+
 def _key_values(items: list[str], flag: str) -> dict[str, Any]:
     out = {}
     for item in items:
@@ -260,7 +278,11 @@ def validate(cfg: Config) -> None:
     for flag, values in (("--img-size", [m.img_size]), ("--train-resolutions", t.train_resolutions),
                          ("--eval-resolutions", t.eval_resolutions)):  # fmt: skip
         for r in values:
-            if r % m.patch_size:
+            try:
+                hw = to_hw(parse_resolution(r))
+            except ConfigError as e:
+                raise ConfigError(f"{flag}: {e}") from None
+            if any(side % m.patch_size for side in hw):
                 raise ConfigError(f"{flag} {r} is not a multiple of the patch size {m.patch_size}")
     if t.resume and t.overwrite:
         raise ConfigError("--resume and --overwrite contradict each other; pass one")

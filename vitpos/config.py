@@ -126,6 +126,9 @@ class DataConfig:
     verify_images: bool = opt(
         False, "decode every image of the set before training and list the bad ones", resumable=True
     )
+    max_image_pixels: int | None = opt(
+        None, "open images of up to N pixels (none: PIL's limit, about 89 million)", gt=0, resumable=True
+    )
 
 
 @dataclass
@@ -180,8 +183,8 @@ class TrainerConfig:
     compile: bool = opt(False, "torch.compile the model", resumable=True)
     ckpt_every_n_steps: int | None = opt(None, "also write last.ckpt every N optimizer steps", gt=0, resumable=True)
     log_every_n_steps: int = opt(10, "log training metrics every N steps", gt=0, resumable=True)
-    eval_resolutions: list[int] = opt(
-        factory=list, help="after training, sweep these test resolutions", gt=0, resumable=True
+    eval_resolutions: list[int | str] = opt(
+        factory=list, help="after training, sweep these test resolutions: R or HxW", gt=0, resumable=True
     )
     train_resolutions: list[int] = opt(factory=list, help="multi-resolution training: one per batch", gt=0)
 
@@ -201,10 +204,10 @@ class Config:
         """Build from a nested dict; unknown keys are an error (a typo must not pass silently)."""
         return _from_dict(cls, d or {}, "")
 
-    def save_yaml(self, path: str | Path) -> None:
+    def save_yaml(self, path: str | Path, header: str = "") -> None:
         d = {name: {k: list(v) if isinstance(v, tuple) else v for k, v in section.items()}
              for name, section in self.to_dict().items()}  # fmt: skip
-        Path(path).write_text(yaml.safe_dump(d, sort_keys=False))
+        Path(path).write_text(header + yaml.safe_dump(d, sort_keys=False))
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> Config:

@@ -103,7 +103,10 @@ class LitViT(L.LightningModule):
         if weights is not None:  # metrics count real samples only
             logits, labels = logits[weights > 0], labels[weights > 0]
         self._update("train", logits, labels)
-        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=images.shape[0])
+        # sync_dist: under DDP the logged loss is the mean over the ranks, not rank 0's alone (one scalar
+        # all-reduce per step)
+        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=images.shape[0],
+                 sync_dist=True)  # fmt: skip
         return loss
 
     def _eval_step(self, stage: str, batch: tuple[Tensor, Tensor]) -> None:

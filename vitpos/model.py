@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import numbers
 from dataclasses import replace
 
 import torch
@@ -149,6 +150,13 @@ class ViT(nn.Module):
             raise ValueError(f"global_pool must be 'avg' or 'token', got '{global_pool}'")
         if global_pool == "token" and not class_token:
             raise ValueError("global_pool='token' needs class_token=True")
+        sizes = {"embed_dim": embed_dim, "depth": depth, "num_heads": num_heads, "patch_size": patch_size,
+                 "in_chans": in_chans, "num_classes": num_classes}  # fmt: skip
+        for name, value in sizes.items():
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
         img_hw = to_hw(img_size)
         self.patch_size = patch_size
         self.grid = self.grid_for(img_hw)

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from .compat.timm import checkpoint_filter
-from .config import ModelConfig
+from .config import ModelConfig, flag_of
 from .errors import ConfigError
 from .model import ViT
 
@@ -147,16 +147,33 @@ def load_pretrained(spec: str, arch: str | None = None) -> Pretrained:
     return Pretrained(spec, model, arch_values, cfg.model.img_size)
 
 
-def apply_architecture(model_cfg: ModelConfig, pre: Pretrained) -> None:
-    """Set the architecture fields of ``model_cfg`` to the pretrained model's; its img_size must fit the patch."""
-    known = {f.name for f in fields(ModelConfig)}
-    for k, v in pre.arch.items():
-        if k in known:
-            setattr(model_cfg, k, v)
+def apply_architecture(model_cfg: ModelConfig, pre: Pretrained, asked: set[str] | None = None) -> None:
+    """Set the architecture fields of ``model_cfg`` to the pretrained model's; its img_size must fit the patch.
+
+    A field asked for (named in ``asked``, the fields a flag, a preset or the YAML set; default: those away from
+    their defaults) that the weights contradict is refused, naming both values: the weights decide the architecture,
+    and a flag must not pass silently unheeded."""
+    known = {f.name: f for f in fields(ModelConfig)}
+    default = ModelConfig()
+    arch = [(k, getattr(model_cfg, k), v) for k, v in pre.arch.items() if k in known]
+    chosen = (lambda k, mine: k in asked) if asked is not None else (lambda k, mine: mine != getattr(default, k))
+    clashes = [f"{flag_of(known[k])} {_shown(mine)} (the weights: {_shown(theirs)})" for k, mine, theirs in arch
+               if chosen(k, mine) and mine != theirs]  # fmt: skip
+    if clashes:
+        raise ConfigError(
+            f"{pre.spec} fixes the architecture, which {'; '.join(clashes)} contradict(s); leave those flags out "
+            "(the weights' values are taken) or train from scratch"
+        )
+    for k, _, v in arch:
+        setattr(model_cfg, k, v)
     if model_cfg.img_size % model_cfg.patch_size:
         raise ConfigError(
             f"--img-size {model_cfg.img_size} is not a multiple of the patch size {model_cfg.patch_size} of {pre.spec}"
         )
+
+
+def _shown(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def transfer_weights(source: ViT, target: ViT) -> list[str]:

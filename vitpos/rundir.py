@@ -23,12 +23,15 @@ from pathlib import Path
 
 from .config import Config, walk
 from .errors import ConfigError
+from .outputs import make_dir, shell
 
 OUT_ENV = "VITPOS_RUN_OUT"  # hands the chosen run folder to the processes Lightning's DDP launcher starts
 LOCK = ".lock"  # held (lockf) by the training process for the run's life
 # What a start writes before its first checkpoint: a folder holding only these (and no checkpoint)
 # is an unfinished start, cleared by the next one.
 START_ARTEFACTS = ("config.yaml", "logs", "tb", "checkpoints")
+# The first line of the config.yaml train.py writes into a run folder: what tells its own file from a user's.
+RUN_CONFIG_HEADER = "# vitpos run config, written by train.py (it reads back with --config)\n"
 
 
 def env_rank() -> int:
@@ -56,6 +59,7 @@ class RunLock:
 
     def __init__(self, out: Path):
         self.path = out / LOCK
+        self.created = not self.path.exists()  # a refused start removes a lock file it made (a user's folder)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -84,6 +88,16 @@ def release_lock(out: Path, remove: bool = False) -> None:
         lock.release(remove)
 
 
+def refuse(out: Path, existed: bool, message: str) -> ConfigError:
+    """The error for a start refused in ``out``: whatever the refused start made there (its lock file, the folder
+    itself) is removed first."""
+    lock = RunLock.held.get(out)
+    release_lock(out, remove=lock is not None and lock.created)
+    if not existed and out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
+    return ConfigError(message)
+
+
 def entries(out: Path) -> list[Path]:
     """What ``out`` holds, but the lock."""
     return [p for p in out.iterdir() if p.name != LOCK]
@@ -95,9 +109,11 @@ def has_checkpoint(out: Path) -> bool:
 
 
 def unfinished_start(out: Path) -> bool:
-    """``out`` holds only what a start writes before its first checkpoint, and no checkpoint."""
-    held = entries(out)
-    return bool(held) and all(p.name in START_ARTEFACTS for p in held) and not has_checkpoint(out)
+    """``out`` holds only what a start writes before its first checkpoint (its config.yaml, which says that train.py
+    wrote it: a user's own config.yaml is never taken for one), and no checkpoint."""
+    config = out / "config.yaml"
+    ours = config.is_file() and config.read_text(errors="replace").startswith(RUN_CONFIG_HEADER)
+    return ours and all(p.name in START_ARTEFACTS for p in entries(out)) and not has_checkpoint(out)
 
 
 def clear_start(out: Path) -> None:
@@ -132,20 +148,13 @@ def resolve_out(cfg: Config) -> Path:
 def _claim(out: Path, cfg: Config) -> None:
     """Create and lock ``out``; clear an unfinished start, move an earlier run aside or refuse, as asked."""
     t = cfg.trainer
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file, not a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"cannot create --out {out}: {e.strerror}") from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise ConfigError(f"--out {out} is not writable")
+    existed = out.exists()
+    make_dir(out)
     RunLock(out)
     last = last_checkpoint(out)
     if t.resume and not last.is_file():
         if not unfinished_start(out):
-            release_lock(out)
-            raise ConfigError(f"nothing to resume: {last} does not exist")
+            raise refuse(out, existed, f"nothing to resume: {last} does not exist")
         clear_start(out)
         t.resume = False
         print(f"train.py: {out} holds a start that never reached a checkpoint; starting it afresh", file=sys.stderr)
@@ -154,10 +163,11 @@ def _claim(out: Path, cfg: Config) -> None:
             clear_start(out)
             print(f"train.py: cleared an unfinished start (no checkpoint) in {out}", file=sys.stderr)
         elif not t.overwrite:
-            release_lock(out)
-            raise ConfigError(
-                f"{out} already holds a run; pass --resume to continue it, --overwrite to move it aside, "
-                "or choose another --out"
+            raise refuse(
+                out,
+                existed,
+                f"{out} already holds a run or other files; pass --resume to continue a run, --overwrite to move what "
+                "it holds aside, or choose another --out",
             )
         else:
             aside = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -193,7 +203,13 @@ def interrupted_message(out: str | None) -> str:
     """What a Ctrl-C kept and how to go on."""
     last = last_checkpoint(out) if out else None
     if last is not None and last.is_file():
-        return (
-            f"train.py: interrupted; last checkpoint kept ({last}); resume with: python train.py --resume --out {out}"
-        )
+        return f"train.py: interrupted; {kept_message(out)}"
     return "train.py: interrupted before the first checkpoint; nothing was kept"
+
+
+def kept_message(out: str | Path | None) -> str:
+    """What a run that stopped early leaves in ``out``, and the command that continues it (as it can be pasted)."""
+    last = last_checkpoint(out) if out else None
+    if last is None or not last.is_file():
+        return "nothing was kept"
+    return f"last checkpoint kept ({shell(last)}); resume with: {shell('python', 'train.py', '--resume', '--out', out)}"

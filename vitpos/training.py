@@ -27,20 +27,23 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, Ti
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from .checkpoint import AtomicCheckpointIO, config_from_checkpoint, load_checkpoint
-from .cli import build_parser, config_from_args, device_error, quiet_logs
+from .cli import asked_fields, build_parser, config_from_args, device_error, quiet_logs
 from .compat.lightning import EpochSummary, HistoryCSVLogger, PartialEpoch
 from .config import Config
 from .data import build_datamodule
 from .errors import ConfigError
 from .lit import LitViT
+from .outputs import shell, write_failed
 from .rundir import (
     OUT_ENV,
+    RUN_CONFIG_HEADER,
     clear_start,
     close,
     config_changes,
     env_rank,
     has_checkpoint,
     interrupted_message,
+    kept_message,
     last_checkpoint,
     resolve_out,
     unfinished_start,
@@ -135,15 +138,18 @@ def hardware(trainer: L.Trainer) -> str:
     return f"{trainer.world_size} x {name}"
 
 
-def run(cfg: Config, resumed: dict[str, Any] | None = None) -> dict:
+def run(cfg: Config, resumed: dict[str, Any] | None = None, asked: set[str] | None = None) -> dict:
     """Train the run ``cfg`` describes, or resume it from ``resumed`` (its ``last.ckpt``, read by the caller; read
-    here when not given); return its results (also written to results.json)."""
+    here when not given); return its results (also written to results.json).
+
+    ``asked``: the config fields the user set (:func:`vitpos.cli.asked_fields`), which ``--init-from`` weights may not
+    contradict (default: those away from their defaults)."""
     pre = None
     if cfg.model.init_from and not cfg.trainer.resume:  # a resumed run continues from its own checkpoint
         from .pretrained import apply_architecture, load_pretrained
 
         pre = load_pretrained(cfg.model.init_from, cfg.model.init_arch)
-        apply_architecture(cfg.model, pre)  # the weights' architecture, at this run's img_size
+        apply_architecture(cfg.model, pre, asked)  # the weights' architecture, at this run's img_size
         if pre.data_config and cfg.data.mean is None:  # the normalisation the weights were trained with
             cfg.data.mean, cfg.data.std = list(pre.data_config["mean"]), list(pre.data_config["std"])
     out = resolve_out(cfg)
@@ -194,14 +200,14 @@ def _run(cfg: Config, out: Path, pre: Any, resumed: dict[str, Any] | None) -> di
     trainer = build_trainer(cfg, out, resumed)
     del resumed  # Lightning's restore takes it from the checkpoint IO, once
     if trainer.is_global_zero:
-        out.mkdir(parents=True, exist_ok=True)
         if not cfg.trainer.fast_dev_run and not cfg.trainer.resume:
-            cfg.save_yaml(out / "config.yaml")
+            cfg.save_yaml(out / "config.yaml", header=RUN_CONFIG_HEADER)
         world = trainer.world_size
         scaled = "scaled linearly (x global/256)" if cfg.optim.lr_scaling == "linear" else "not scaled with the batch"
         print(
             f"vitpos: pos={cfg.model.pos} stem={cfg.model.stem} data={cfg.data.name} img={cfg.model.img_size} "
-            f"params={sum(p.numel() for p in lit.model.parameters()) / 1e6:.2f}M out={out}\n"
+            f"params={sum(p.numel() for p in lit.model.parameters()) / 1e6:.2f}M "
+            f"out={shell(out) if not cfg.trainer.fast_dev_run else '- (--fast-dev-run writes nothing)'}\n"
             f"vitpos: global batch = {cfg.data.batch_size} per device x {trainer.num_devices} devices x "
             f"{trainer.num_nodes} nodes = {cfg.data.batch_size * world}; lr {cfg.optim.lr:g} {scaled}",
             flush=True,
@@ -255,17 +261,21 @@ def _run(cfg: Config, out: Path, pre: Any, resumed: dict[str, Any] | None) -> di
 
 
 def summary(results: dict, out: Path, cfg: Config) -> str:
-    """The end-of-run lines: scores, where the checkpoints are, and the command to run next."""
+    """The end-of-run lines: scores, where the checkpoints are, and the command to run next (runnable as printed)."""
     last = last_checkpoint(out)
+    best = last.parent / Path(results["best_checkpoint"]).name if results["best_checkpoint"] else None
     weights = " (EMA weights)" if cfg.optim.ema else ""
     img, patch = cfg.model.img_size, cfg.model.patch_size
     resolutions = sorted({img, img * 3 // 2 // patch * patch, 2 * img})
-    next_cmd = f"python -m vitpos.evaluate --ckpt {last} --resolutions {' '.join(map(str, resolutions))}"
+    if cfg.trainer.eval_resolutions:  # the sweep writes RUN/resolution/: the evaluator's default folder is taken
+        next_cmd = shell("python", "-m", "vitpos.diagnose", "--ckpt", last)
+    else:
+        next_cmd = shell("python", "-m", "vitpos.evaluate", "--ckpt", last, "--resolutions", *resolutions)
     return (
         f"vitpos: done in {results['train_seconds']:.0f}s of training; best val top-1 {results['best_val_top1']:.4f}, "
         f"test top-1 {results['test'].get('test/top1', float('nan')):.4f}{weights}\n"
-        f"vitpos: checkpoints {last} (last), {results['best_checkpoint'] or '-'} (best); "
-        f"results {out / 'results.json'}\n"
+        f"vitpos: checkpoints {shell(last)} (last), {shell(best) if best else '-'} (best); "
+        f"results {shell(out / 'results.json')}\n"
         f"vitpos: next: {next_cmd}"
     )
 
@@ -286,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     # Under DDP every rank meets the same bad input; rank 0 alone says so.
     say = print if env_rank() == 0 else (lambda *a, **k: None)
     try:
-        run(*resolve_config(args))
+        run(*resolve_config(args), asked=asked_fields(args))
     except ConfigError as e:
         say(f"train.py: error: {e}", file=sys.stderr)
         return 2
@@ -296,4 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         say(interrupted_message(getattr(args, "out", None) or os.environ.get(OUT_ENV)), file=sys.stderr)
         return 130
+    except OSError as e:  # a write that failed (a full disk, a quota): what was kept, and how to go on
+        out = getattr(args, "out", None) or os.environ.get(OUT_ENV)
+        say(f"train.py: error: {write_failed(e, e.filename or out or '?', kept_message(out))}", file=sys.stderr)
+        return 2
     return 0
