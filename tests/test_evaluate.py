@@ -227,6 +227,8 @@ def test_cli_missing_and_foreign_checkpoints_fail_in_one_line(tmp_path, capsys):
     torch.save({"weights": torch.zeros(2)}, foreign)
     assert ev.main(["--ckpt", str(foreign), "--resolutions", "32"]) == 2
     assert "not a vitpos checkpoint" in _one_line_error(capsys.readouterr().err)
+    assert ev.main(["--resolutions", "32"]) == 2  # no model at all
+    assert "nothing to evaluate" in _one_line_error(capsys.readouterr().err)
 
 
 @pytest.mark.parametrize(

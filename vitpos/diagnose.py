@@ -46,6 +46,7 @@ from torch.utils.data import DataLoader, Subset
 from .cli import OneLineParser
 from .errors import ConfigError
 from .model import Attention, ViT
+from .outputs import check_creatable, make_dir, read_json, shell
 from .pos.base import AttnPos, Grid, grid_coords, rotate_qk
 
 PICTURES = ("position_similarity.png", "bias_centre_query.png", "rope_kernel.png", "attention_distance.png")
@@ -348,10 +349,22 @@ def _save(fig, path: str | Path) -> Path:
 
 # -- one checkpoint -------------------------------------------------------------------------------
 def check_out(out: Path, overwrite: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file, not a folder")
+    """``out`` can hold the pictures: an empty or new folder, or (``overwrite``) one whose diagnostics.json, where
+    there is one, vitpos wrote (only the pictures and diagnostics.json are replaced; nothing else is touched)."""
+    check_creatable(out)
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise ConfigError(f"{out} is not empty; pass --overwrite or choose another --out")
+    summary = out / SUMMARY
+    if summary.exists() and not _is_summary(summary):
+        raise ConfigError(
+            f"{out} holds {SUMMARY}, which vitpos.diagnose did not write; --overwrite replaces only its own files: "
+            "choose another --out"
+        )
+
+
+def _is_summary(path: Path) -> bool:
+    summary = read_json(path)
+    return isinstance(summary, dict) and {"checkpoint", "patch_shuffle"} <= set(summary)
 
 
 def diagnose(
@@ -362,6 +375,7 @@ def diagnose(
     data_dir: str | None = None,
     overwrite: bool = False,
     batch_size: int = 64,
+    max_image_pixels: int | None = None,
 ) -> dict[str, Any]:
     """Write the pictures and ``diagnostics.json`` for ``ckpt`` into ``out``; return the summary."""
     from .checkpoint import model_from_checkpoint
@@ -369,18 +383,22 @@ def diagnose(
 
     if num_images <= 0:
         raise ConfigError(f"--num-images must be a positive integer, got {num_images}")
+    if max_image_pixels is not None and max_image_pixels <= 0:
+        raise ConfigError(f"--max-image-pixels must be a positive integer, got {max_image_pixels}")
     out = Path(out)
     check_out(out, overwrite)
     cfg, model = model_from_checkpoint(ckpt)
     if data_dir is not None:
         cfg.data.data_dir = data_dir
+    if max_image_pixels is not None:
+        cfg.data.max_image_pixels = max_image_pixels
     dm = build_datamodule(cfg.data, img_size=cfg.model.img_size, seed=cfg.trainer.seed)
     if (dm.num_classes, dm.in_chans) != (cfg.model.num_classes, cfg.model.in_chans):
         raise ConfigError(f"data set '{cfg.data.name}' does not match the checkpoint's classes or channels")
     val = dm.eval_dataset(cfg.model.img_size)
     loader = DataLoader(Subset(val, range(min(num_images, len(val)))), batch_size=batch_size)  # type: ignore[arg-type]
 
-    out.mkdir(parents=True, exist_ok=True)
+    make_dir(out)
     for name in (*PICTURES, SUMMARY):  # an earlier result's pictures must not pass for this one's
         (out / name).unlink(missing_ok=True)
     drawn = [
@@ -438,6 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-images", type=int, default=256, help="validation images to use (default: 256)")
     p.add_argument("--data-dir", help="where the data set's files are (default: the checkpoint's)")
     p.add_argument("--overwrite", action="store_true", help="write into a non-empty --out (default: refuse)")
+    p.add_argument("--max-image-pixels", type=int, metavar="N",
+                   help="open images of up to N pixels (default: as trained, else PIL's limit)")  # fmt: skip
     return p
 
 
@@ -451,12 +471,15 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or default_out(args.ckpt, "diagnostics")
     try:
         summary = diagnose(args.ckpt, out, num_images=args.num_images, data_dir=args.data_dir,
-                           overwrite=args.overwrite)  # fmt: skip
+                           overwrite=args.overwrite, max_image_pixels=args.max_image_pixels)  # fmt: skip
     except ConfigError as e:
         print(f"vitpos.diagnose: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("vitpos.diagnose: interrupted", file=sys.stderr)
+        return 130
     print(report(summary))
-    print(f"vitpos.diagnose: wrote {', '.join(summary['pictures'])} and {SUMMARY} to {out}")
+    print(f"vitpos.diagnose: wrote {', '.join(summary['pictures'])} and {SUMMARY} to {shell(out)}")
     return 0
 
 

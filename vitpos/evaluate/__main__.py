@@ -19,7 +19,7 @@ from .sweep import LOGIT_SCALINGS, POOLS, EvalData
 # Settings shared with train.py, declared once on the config fields (vitpos.cli): the checkpoint's data settings
 # when absent, and where the sweep runs.
 DATA_FLAGS = ("data.name", "data.data_dir", "data.crop_ratio", "data.eval_resize", "data.interpolation", "data.mean",
-              "data.std", "data.batch_size", "data.num_workers")  # fmt: skip
+              "data.std", "data.batch_size", "data.num_workers", "data.max_image_pixels")  # fmt: skip
 DEVICE_FLAGS = ("trainer.accelerator", "trainer.devices", "trainer.strategy", "trainer.num_nodes", "trainer.precision")
 
 
@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     quiet_logs()
     try:
+        if not args.ckpt and not args.init_from:
+            raise ConfigError("nothing to evaluate: pass --ckpt FILE ... or --init-from SPEC ...")
         given = given_fields(args, (*DATA_FLAGS, *DEVICE_FLAGS, "model.init_arch"))
         if args.limit is not None and args.limit <= 0:
             raise ConfigError(f"--limit must be a positive integer, got {args.limit}")
@@ -92,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"vitpos.evaluate: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("vitpos.evaluate: interrupted; no result was written", file=sys.stderr)
+        return 130
     if rank_zero_only.rank == 0:
         print(markdown_table(records), end="")
     if torch.distributed.is_available() and torch.distributed.is_initialized():

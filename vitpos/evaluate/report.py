@@ -13,6 +13,7 @@ from typing import Any
 from lightning.pytorch.utilities import rank_zero_only
 
 from ..errors import ConfigError
+from ..outputs import check_creatable, make_dir, read_json, shell
 from ..resolution import Resolution, resolution_label
 from .sweep import EvalData, _note, sweep
 
@@ -118,8 +119,7 @@ def write_results(records: list[dict[str, Any]], out_dir: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_dir(out_dir)
     (out / "resolution.json").write_text(json.dumps(records, indent=2) + "\n")
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(records[0]))
@@ -167,12 +167,25 @@ def default_out(ckpt: str | Path, kind: str = "resolution") -> Path:
 
 
 def check_out(out_dir: str | Path, overwrite: bool) -> None:
-    """An earlier result in ``out_dir`` is an error unless ``overwrite``."""
+    """``out_dir`` can hold a new result: an earlier one is an error unless ``overwrite``, and result files that
+    vitpos.evaluate did not write always are (``overwrite`` replaces only its own)."""
+    check_creatable(out_dir)
     existing = [f for f in RESULT_FILES if (Path(out_dir) / f).exists()]
     if existing and not overwrite:
         raise ConfigError(
             f"{out_dir} already holds a resolution result ({existing[0]}); pass --overwrite or another --out"
         )
+    if existing and not _is_result(Path(out_dir) / "resolution.json"):
+        raise ConfigError(
+            f"{out_dir} holds {existing[0]}, which vitpos.evaluate did not write (no readable resolution.json of its "
+            "own); --overwrite replaces only its results: choose another --out"
+        )
+
+
+def _is_result(path: Path) -> bool:
+    """``path`` is a resolution.json vitpos.evaluate wrote: a list of records with a checkpoint and a top-1."""
+    records = read_json(path)
+    return isinstance(records, list) and all(isinstance(r, dict) and {"checkpoint", "top1"} <= set(r) for r in records)
 
 
 def sweep_and_write(
@@ -200,5 +213,5 @@ def sweep_and_write(
                     init_from=init_from, init_arch=init_arch)  # fmt: skip
     if rank_zero_only.rank == 0:
         write_results(records, out)
-        _note(f"{len(records)} results in {out}/resolution.{{json,csv,md,png}}")
+        _note(f"{len(records)} results in {shell(out)}/resolution.{{json,csv,md,png}}")
     return records

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ class EvalData:
     # evaluation controls: pool over the scene's own tokens only ("scene"; canvas), and log-n logit scaling
     pool: str = "all"
     logit_scaling: str = "none"
+    max_image_pixels: int | None = None  # PIL's pixel limit per image
 
 
 POOLS = ("all", "scene")
@@ -158,6 +160,11 @@ def evaluate_model(
     default = model.pos.method
     try:
         trainer.test(module, verbose=False)
+    except SystemExit:
+        if trainer.interrupted:  # Ctrl-C, which Lightning ends with exit(1) and leaves ignored
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt from None
+        raise
     finally:
         model.pos.method = default
     counts = module.counts.to(trainer.strategy.root_device)
@@ -211,7 +218,8 @@ def _eval_config(cfg: Config, data: EvalData) -> Config:
     for field, value in (("data_dir", data.data_dir), ("crop_ratio", data.crop_ratio),
                          ("eval_resize", data.eval_resize), ("batch_size", data.batch_size),
                          ("num_workers", data.num_workers), ("mean", data.mean), ("std", data.std),
-                         ("interpolation", data.interpolation)):  # fmt: skip
+                         ("interpolation", data.interpolation),
+                         ("max_image_pixels", data.max_image_pixels)):  # fmt: skip
         if value is not None:
             setattr(d, field, value)
     return cfg
