@@ -4,7 +4,8 @@
     python -m benchmarks.pages                                     # docs/data.md
 
 ImageNet-like JPEGs are written, sharded with ``vitpos.data.shard`` and read through the training pipeline of
-``configs/imagenet.yaml`` in one loader process, with and without the transforms, the four readers round-robin.
+``configs/imagenet.yaml`` in one loader process, with and without the transforms, the readers round-robin; the shards
+also without their shuffle (decode only), in the order they were written.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def keep(x: object) -> object:
 
 def loaders(folder: Path, shards: Path) -> dict:
     """name -> a zero-argument function returning one epoch's iterable of batches."""
-    from litdata import StreamingDataLoader
+    from litdata import StreamingDataLoader, StreamingDataset
     from torch.utils.data import DataLoader
 
     from vitpos.data.shards import DecodeSample
@@ -90,6 +91,10 @@ def loaders(folder: Path, shards: Path) -> dict:
         else:
             loader = sm.train_dataloader()
         out[f"shards{suffix}"] = lambda loader=loader: loader
+    # beside the shuffled stream: the files and their samples read in the order they were written (what the
+    # item-level shuffle costs)
+    stored = StreamingDataset(str(shards / "train"), transform=DecodeSample(keep, 3, "train"))
+    out["shards in stored order (decode only)"] = lambda: StreamingDataLoader(stored, batch_size=64, collate_fn=keep)
     return out
 
 
