@@ -95,6 +95,11 @@ def _optional(convert):
     return parse
 
 
+def _int_or_text(text: str) -> int | str:
+    """The int a text spells (R), else the text itself (HxW)."""
+    return int(text) if text.strip().lstrip("-").isdigit() else text
+
+
 def _help(f: dataclasses.Field, default: Any, shown: str | None = None) -> str:
     text = f.metadata.get("help", "")
     choices = choices_of(f)
@@ -132,8 +137,9 @@ def _add_field(group, f: dataclasses.Field, tp: Any, shown: str | None = None, *
     elif origin is dict:
         kw.update(action="append", metavar="KEY=VALUE")
     elif origin in (list, tuple):
-        item = args[0] if isinstance(args[0], type) else str  # int | str items (R or HxW) are read as text
-        kw.update(type=item, nargs=len(args) if origin is tuple else "+", metavar=item.__name__.upper())
+        # int | str items are resolutions: R (an int) or HxW (text)
+        item, metavar = (args[0], args[0].__name__.upper()) if isinstance(args[0], type) else (_int_or_text, "R")
+        kw.update(type=item, nargs=len(args) if origin is tuple else "+", metavar=metavar)
     else:
         kw["type"] = _optional(tp) if optional else tp
         if choices_of(f):
