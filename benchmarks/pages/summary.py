@@ -260,7 +260,12 @@ def render(data: dict, folder: Path, earlier: dict | None = None) -> tuple[str, 
         controls=controls(study),
         entropy=entropy_table(study),
         reruns=reruns(study, earlier),
-        machines="\n".join(f"- {m}" for m in machines(data.get("runs", []), data.get("records", []))) or "- none",
+        machines="\n".join(
+            f"- {what}: {m}"
+            for what, key in (("training runs", "runs"), ("sweeps", "records"), ("attention entropy", "entropy"))
+            for m in machines(data.get(key, []))
+        )
+        or "- none",  # fmt: skip
     )
     note = (f"Mean test top-1 (%) ± the 95 % interval's half-width over seeds (¹: one seed; —: not measured). "
             f"{coverage(study)} {page_missing(missing)} [docs/summary.md](docs/summary.md) has every column and the "
