@@ -70,7 +70,7 @@ class Study:
 
 def guide(study: Study) -> list[str]:
     """At most 8 lines, each the best scheme of one column with its margin over the runner-up (paired by seed,
-    Holm-corrected over the guide's comparisons)."""
+    Holm-corrected over the decision guide's comparisons)."""
     picks, diffs = [], []
     for column in GUIDE:
         means = {s: sum(v.values()) / len(v) for s in study.specs if (v := study.values(s, column))}
