@@ -6,6 +6,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.common import MAIN_RUNS
+from benchmarks.pages import common
 from benchmarks.pages.common import BAG_CEILING, CHANCE, cell, fill, machines, pct, signed, table
 from benchmarks.stats import holm, mean_ci, paired
 
@@ -17,8 +18,8 @@ GUIDE = [("zoom", 1.0), ("zoom", 1.5), ("zoom", 2.0), ("zoom", 4.0), ("canvas", 
 
 
 def label(spec: str) -> str:
-    pos, _, stem = spec.partition(":")
-    return f"`{pos}`" + (" (conv stem)" if stem == "conv" else "")
+    """POS:STEM as the pages name a scheme (common.label)."""
+    return common.label(*spec.split(":"))
 
 
 def head(regime: str, factor: float) -> str:
