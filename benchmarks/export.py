@@ -3,7 +3,9 @@
     python -m benchmarks.export --threads 1 --batch-size 16 --steps 1 --repeats 3   # docs/export.json
     python -m benchmarks.pages                                                      # docs/export.md
 
-One ONNX file per scheme (``vitpos.export``, dynamic height and width), timed at every size against eager.
+One ONNX file per scheme (``vitpos.export``, dynamic height and width), timed at every size against eager. Where
+both are measured, `string`'s file (exported folded: P moved into the q and k projections) is also timed against
+`rope2d`'s in one round-robin: what the learned rotation costs at inference.
 """
 
 from __future__ import annotations
@@ -24,15 +26,19 @@ from vitpos import create_model
 from vitpos.export import export_program, relative_difference, write_onnx
 
 
+def open_session(path: Path, a: argparse.Namespace) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = a.threads, 1
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
 def measure(pos: str, a: argparse.Namespace, folder: Path) -> list[dict]:
     torch.manual_seed(0)
     model = create_model(pos).eval()
     t0 = time.perf_counter()
     path = write_onnx(export_program(model, dynamic=True), folder / f"{pos}.onnx")
     export_s = time.perf_counter() - t0
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads, opts.inter_op_num_threads = a.threads, 1
-    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    session = open_session(path, a)
     name = session.get_inputs()[0].name
     rows = []
     for size in a.img_sizes:
@@ -50,10 +56,28 @@ def measure(pos: str, a: argparse.Namespace, folder: Path) -> list[dict]:
     return rows
 
 
+def folded_against(a: argparse.Namespace, folder: Path, pos: str = "string", base: str = "rope2d") -> list[dict]:
+    """Per size: img/s of ``pos``'s ONNX file against ``base``'s, timed in one round-robin (both written by
+    :func:`measure` into ``folder``); ratio = base's seconds / pos's, 1 where folding leaves nothing to pay."""
+    sessions = {k: open_session(folder / f"{k}.onnx", a) for k in (pos, base)}
+    rows = []
+    for size in a.img_sizes:
+        x = torch.randn(a.batch_size, 3, size, size).numpy()
+        fns = {k: lambda s=s, x=x: [s.run(None, {s.get_inputs()[0].name: x}) for _ in range(a.steps)]
+               for k, s in sessions.items()}  # fmt: skip
+        for f in fns.values():
+            f()  # warm-up
+        secs = round_robin(fns, a.repeats)
+        ratio = [b / t for t, b in zip(secs[pos], secs[base], strict=True)]
+        rows.append({"scheme": pos, "against": base, "img_size": size, "ratio": statistics.median(ratio),
+                     "ratio_min": min(ratio), "ratio_max": max(ratio)})  # fmt: skip
+        print(f"{pos} (folded) against {base} {size} px: x{rows[-1]['ratio']:.2f}", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    # string is exported folded (vitpos.export): a rope2d model, timed at rope2d's speed
     p.add_argument("--schemes", nargs="+", default=["learned", "sincos2d", "rope2d", "relbias", "none", "string"])
     p.add_argument("--img-sizes", nargs="+", type=int, default=[32, 64])
     p.add_argument("--batch-size", type=int, default=32)
@@ -67,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     model = {k: v.default for k, v in inspect.signature(create_model).parameters.items() if k in dims}
     with tempfile.TemporaryDirectory() as tmp:
         rows = [r for pos in a.schemes for r in measure(pos, a, Path(tmp))]
+        folded = folded_against(a, Path(tmp)) if {"string", "rope2d"} <= set(a.schemes) else []
     write_record(a.out, "export.py", argv, onnxruntime=ort.__version__, model=model, batch=a.batch_size,
-                 steps=a.steps, repeats=a.repeats, threads=a.threads, rows=rows)  # fmt: skip
+                 steps=a.steps, repeats=a.repeats, threads=a.threads, rows=rows, folded=folded)  # fmt: skip
     return 0
 
 

@@ -31,11 +31,10 @@ from timm.models.vision_transformer_relpos import VisionTransformerRelPos
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks.common import ROOT, round_robin, write_record
+from benchmarks.common import ROOT, round_robin, run_specs, write_record
 from vitpos.config import MODEL_PRESETS
 from vitpos.data.shapes import render_shapes
 from vitpos.model import create_model
-from vitpos.pos import POS_SCHEMES
 
 NUM_CLASSES = 10
 SCHEMES = (
@@ -56,10 +55,12 @@ TIMM = ("learned", "rope2d", "relbias")  # the schemes timm has a model of
 
 
 def build(name: str, img: int, a: argparse.Namespace) -> torch.nn.Module:
-    """A vitpos scheme, or ``timm:<scheme>``: timm's counterpart, same dims, average pooling, no class token."""
+    """A vitpos scheme (POS, or POS:STEM for another stem than the patch one), or ``timm:<scheme>``: timm's
+    counterpart, same dims, average pooling, no class token."""
     dims = dict(MODEL_PRESETS[a.model], img_size=img, patch_size=a.patch_size, num_classes=NUM_CLASSES)
     if not name.startswith("timm:"):
-        return create_model(name, **dims)
+        pos, _, stem = name.partition(":")
+        return create_model(pos, stem=stem or "patch", **dims)
     kw = dict(dims, global_pool="avg", class_token=False)
     if name == "timm:learned":
         return VisionTransformer(**kw)
@@ -203,7 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grids", type=int, nargs="+", default=[8, 16], help="token grid sides")
     p.add_argument("--img-sizes", type=int, nargs="+", help="image sides in px; overrides --grids")
     p.add_argument("--batch-size", type=int, nargs="+", default=[64], help="one value, or one per size")
-    p.add_argument("--schemes", nargs="+", choices=list(POS_SCHEMES), default=list(SCHEMES))
+    p.add_argument(
+        "--schemes",
+        nargs="+",
+        default=list(SCHEMES),
+        metavar="POS[:STEM]",
+        help="schemes, each with the patch stem or the one named (none:conv)",
+    )
     p.add_argument("--repeats", type=int, default=5, help="round-robin rounds")
     p.add_argument("--steps", type=int, default=3, help="timed steps per contender per round")
     p.add_argument("--warmup", type=int, default=2, help="warm-up steps per contender")
@@ -220,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     a.batch_size = a.batch_size * len(a.img_sizes) if len(a.batch_size) == 1 else a.batch_size
     a.eval_img_sizes = a.eval_img_sizes or a.img_sizes[-1:]
     a.schemes = list(dict.fromkeys(a.schemes))
+    run_specs(p, [s if ":" in s else f"{s}:patch" for s in a.schemes])
     if any(i % a.patch_size for i in a.img_sizes) or len(a.batch_size) != len(a.img_sizes):
         p.error("image sizes must be multiples of the patch size, and --batch-size one value or one per size")
     name = "performance_compile" if a.compile else "performance"

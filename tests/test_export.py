@@ -317,3 +317,23 @@ def test_onnx_output_is_fp32_logits_of_the_right_shape(exported):
     assert dims[1] == 3 and all(isinstance(d, str) for d in (dims[0], dims[2], dims[3])), dims  # B, H, W symbolic
     assert out.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
     assert np.isfinite(run_onnx(path, torch.randn(1, 3, 8, 8)).numpy()).all()
+
+
+def test_the_export_benchmark_times_string_folded_against_rope2d_and_its_page_says_so(exported):
+    """benchmarks/export.py times `string`'s folded ONNX file against `rope2d`'s in one round-robin per size, and
+    the export section states each ratio (or nothing where it was not measured)."""
+    import argparse
+
+    from benchmarks.export import folded_against
+    from benchmarks.pages.export import folded_line
+
+    folder = exported("rope2d").path.parent
+    assert exported("string").path.parent == folder
+    a = argparse.Namespace(threads=1, img_sizes=[32, 48], batch_size=2, steps=1, repeats=2)
+    rows = folded_against(a, folder)
+    assert [(r["scheme"], r["against"], r["img_size"]) for r in rows] == [("string", "rope2d", 32),
+                                                                         ("string", "rope2d", 48)]  # fmt: skip
+    assert all(0 < r["ratio_min"] <= r["ratio"] <= r["ratio_max"] for r in rows)
+    line = folded_line(rows)
+    assert all(f"{r['img_size']} px {r['ratio']:.2f}" in line for r in rows)
+    assert folded_line([]) is None

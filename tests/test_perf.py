@@ -263,21 +263,34 @@ def test_cuda_sdpa_runs_on_a_fused_kernel(name):
 
 def test_throughput_benchmark_quick_record_renders(tmp_path, monkeypatch):
     """benchmarks/throughput.py --quick writes its JSON (every contender, per-round rates, memory, FLOPs, the
-    `shapes` rate); benchmarks.pages.performance makes the page from it."""
+    `shapes` rate); benchmarks.pages.performance makes the page from it. A POS:STEM contender is built with that
+    stem (the conv stem's extra FLOPs show it)."""
     from benchmarks import throughput
     from benchmarks.pages import performance
 
     out = tmp_path / "performance.json"
-    assert throughput.main(["--quick", "--schemes", "rope2d", "none", "--out", str(out)]) == 0
+    assert throughput.main(["--quick", "--schemes", "rope2d", "none", "none:conv", "--out", str(out)]) == 0
     data = json.loads(out.read_text())
     assert [g["img_size"] for g in data["grids"]] == [8, 16]
     for g in data["grids"]:
-        assert set(g["contenders"]) == {"rope2d", "none", "timm:rope2d"}
+        assert set(g["contenders"]) == {"rope2d", "none", "none:conv", "timm:rope2d"}
         assert all(len(c["img_s"]) == 2 and c["gflops_fwd"] > 0 for c in g["contenders"].values())
+        assert g["contenders"]["none:conv"]["gflops_fwd"] > g["contenders"]["none"]["gflops_fwd"]
     assert data["matmul_peak_tflops"] > 0 and all(g["shapes_img_s"] > 0 for g in data["grids"])
     grids = tables(performance.render(data, tmp_path))[:2]
     for g, table in zip(data["grids"], grids, strict=True):  # every contender's median rate, one row each
         assert {r[0]: r[1] for r in table[1:]} == {
-            (f"`{n}`" if ":" not in n else n.replace(":", " ")): f"{statistics.median(c['img_s']):.1f}"
+            {"none:conv": "`none` (conv stem)", "timm:rope2d": "timm rope2d"}.get(
+                n, f"`{n}`"
+            ): f"{statistics.median(c['img_s']):.1f}"
             for n, c in g["contenders"].items()
         }
+
+
+def test_throughput_benchmark_refuses_an_unknown_contender_in_one_line(capsys):
+    from benchmarks import throughput
+
+    with pytest.raises(SystemExit) as e:
+        throughput.main(["--quick", "--schemes", "rope2d:bogus"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "error: bad run 'rope2d:bogus'" in err and "Traceback" not in err
