@@ -51,6 +51,7 @@ SCHEMES = (
     "liere",
     "fire",
     "string",
+    "pape",
 )
 TIMM = ("learned", "rope2d", "relbias")  # the schemes timm has a model of
 
