@@ -50,6 +50,7 @@ SCHEMES = (
     "liere",
     "fire",
     "string",
+    "pape",
 )
 TIMM = ("learned", "rope2d", "relbias")  # the schemes timm has a model of
 

@@ -17,6 +17,24 @@ def with_grads(m, img=(32, 32)):
     return m
 
 
+def bias_at(bias: torch.Tensor, w: int, y: int, x: int, dy: int, dx: int) -> torch.Tensor:
+    """(heads,) entries of a (heads, N, N) bias on a grid ``w`` wide: query (y, x), key (y + dy, x + dx)."""
+    return bias[:, y * w + x, (y + dy) * w + x + dx]
+
+
+def assert_bias_is_the_formula(pos, grid, by_hand, tol: dict, pairs: int = 40) -> None:
+    """Every block's bias on ``grid`` at ``pairs`` random query-key pairs equals ``by_hand(pos, block, grid, q, k)``
+    (a list per head, computed in plain Python) within ``tol``."""
+    with torch.no_grad():
+        bias = [a.bias for a in pos.attn_pos(grid)]
+    g = torch.Generator().manual_seed(0)
+    n = grid[0] * grid[1]
+    for block in range(pos.depth):
+        for q, k in torch.randint(0, n, (pairs, 2), generator=g).tolist():
+            expected = torch.tensor(by_hand(pos, block, grid, q, k), dtype=torch.float64)
+            torch.testing.assert_close(bias[block][:, q, k].double(), expected, **tol)
+
+
 def notebook_runner():
     """notebooks/execute.py as a module: the code `make notebooks` runs, used here the same way."""
     import importlib.util

@@ -68,7 +68,7 @@ def _model(pos: str, **model) -> vitpos.ViT:
 def _uses(pos: str) -> dict[str, bool]:
     parts = pos.split("+")
     return {"tokens": any(p in ("learned", "sincos2d") for p in parts),
-            "bias": any(p in ("relbias", "cpb", "alibi2d", "lookhere", "fire") for p in parts),
+            "bias": any(p in ("relbias", "cpb", "alibi2d", "lookhere", "fire", "pape") for p in parts),
             "rope": any(p.startswith("rope") or p in ("liere", "string") for p in parts)}  # fmt: skip
 
 

@@ -14,6 +14,7 @@ import math
 
 import pytest
 import torch
+from helpers import assert_bias_is_the_formula, bias_at  # noqa: E402
 
 import vitpos
 from vitpos.pos.fire import EPS
@@ -54,14 +55,8 @@ def bias_by_hand(pos, block: int, grid, q: int, k: int) -> list[float]:
 def test_fire_bias_is_the_formula(method):
     m = fire()
     m.pos.method = method
-    grid = (6, 13)  # wider than trained: the cap of ``extrapolate`` binds along x
-    with torch.no_grad():
-        bias = [a.bias for a in m.pos.attn_pos(grid)]
-    g = torch.Generator().manual_seed(0)
-    for block in (0, 1):
-        for q, k in torch.randint(0, 78, (40, 2), generator=g).tolist():
-            expected = torch.tensor(bias_by_hand(m.pos, block, grid, q, k), dtype=torch.float64)
-            torch.testing.assert_close(bias[block][:, q, k].double(), expected, **FP32)
+    # wider than trained: the cap of ``extrapolate`` binds along x
+    assert_bias_is_the_formula(m.pos, (6, 13), bias_by_hand, FP32)
 
 
 def test_fire_bias_depends_only_on_the_offset_and_the_querys_reach():
@@ -69,17 +64,14 @@ def test_fire_bias_depends_only_on_the_offset_and_the_querys_reach():
     with torch.no_grad():
         small, big = m.pos.attn_pos((8, 8))[0].bias, m.pos.attn_pos((20, 30))[0].bias
 
-    def at(bias, w, y, x, dy, dx):  # offset (dy, dx) = key - query
-        return bias[:, y * w + x, (y + dy) * w + x + dx]
-
     # same offset, same distance to the edge on the key's side (up-left: the query's own row and column)
-    torch.testing.assert_close(at(small, 8, 5, 6, -2, -3), at(big, 30, 5, 6, -2, -3), rtol=0, atol=0)
+    torch.testing.assert_close(bias_at(small, 8, 5, 6, -2, -3), bias_at(big, 30, 5, 6, -2, -3), rtol=0, atol=0)
     # down-right: the reach is to the far edges, (8 - 1 - 3, 8 - 1 - 2) = (4, 5) on both grids
-    torch.testing.assert_close(at(small, 8, 3, 2, 1, 2), at(big, 30, 15, 24, 1, 2), rtol=0, atol=0)
+    torch.testing.assert_close(bias_at(small, 8, 3, 2, 1, 2), bias_at(big, 30, 15, 24, 1, 2), rtol=0, atol=0)
     # the same offset where the query's reach differs: progressive interpolation changes the bias
-    assert (at(small, 8, 5, 6, -2, -3) - at(big, 30, 15, 20, -2, -3)).abs().max() > 1e-3
+    assert (bias_at(small, 8, 5, 6, -2, -3) - bias_at(big, 30, 15, 20, -2, -3)).abs().max() > 1e-3
     # and within one grid it is not translation-invariant (unlike relbias): the reach moves with the query
-    assert (at(big, 30, 5, 6, -2, -3) - at(big, 30, 15, 20, -2, -3)).abs().max() > 1e-3
+    assert (bias_at(big, 30, 5, 6, -2, -3) - bias_at(big, 30, 15, 20, -2, -3)).abs().max() > 1e-3
 
 
 def test_fire_serves_16x_the_training_grid_with_a_fixed_parameter_count():

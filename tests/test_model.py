@@ -15,7 +15,8 @@ from vitpos.pos.base import PosScheme
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 IMAGES = [(32, 32), (48, 48), (32, 48), (24, 40), (16, 16)]  # training, larger, non-square, smaller
-BIAS_SCHEMES = {"relbias", "cpb", "alibi2d", "lookhere", "fire"}  # schemes (alone or composed) that add a logit bias
+# schemes (alone or composed) that add a logit bias
+BIAS_SCHEMES = {"relbias", "cpb", "alibi2d", "lookhere", "fire", "pape"}
 SCHEME_METHODS = [(name, m) for name, cls in vitpos.POS_REGISTRY.items() for m in cls.methods]
 
 EXACT = dict(rtol=0, atol=0)  # one computation reached two ways: bit for bit

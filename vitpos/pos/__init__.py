@@ -15,6 +15,7 @@ from .learned import LearnedPos
 from .liere import LiePos
 from .lookhere import LookHerePos
 from .none import NoPos
+from .pape import PaPEPos
 from .peg import PegPos
 from .relbias import RelBiasPos
 from .rope2d import Rope2dNormPos, Rope2dPos
@@ -37,6 +38,7 @@ _SINGLE: dict[str, type[PosScheme]] = {
     "liere": LiePos,
     "fire": FirePos,
     "string": StringPos,
+    "pape": PaPEPos,
 }
 POS_REGISTRY: dict[str, type[PosScheme]] = {
     **_SINGLE,
