@@ -8,7 +8,9 @@ What each scheme claims, and the test that checks it:
   the bias depends on the offset alone and, unlike alibi2d's, tells left from right;
 * liere: R(p) = exp(y G_y + x G_x) is orthogonal; R(p)^T R(q) = R(q - p) (relative) exactly when the
   generators commute: always for block size 2 (where it is RoPE-Mixed), along a line through the
-  origin for any block size, and not in general for dense blocks.
+  origin for any block size, and not in general for dense blocks;
+* liere with ComRoPE's generators (``generators`` ap / ld): G_y and G_x commute for any parameters, so the logits
+  depend on the offset alone everywhere, where free LieRE's do not; the default (free) computes what LieRE did.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from vitpos.pos import POS_REGISTRY
 from vitpos.pos.alibi2d import alibi_slopes
 from vitpos.pos.base import rotate, rotate_blocks
 from vitpos.pos.compose import ComposedPos
-from vitpos.pos.liere import SkewExp, skew_exp_series, skew_from_coefficients
+from vitpos.pos.liere import SkewExp, skew_exp, skew_exp_series, skew_from_coefficients
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -355,6 +357,164 @@ def test_liere_rotation_stays_fp32_under_bf16_and_rejects_bad_blocks(tiny):
     for bad in (3, 1, 16):
         with pytest.raises(ValueError, match="block_size"):
             tiny("liere", pos_kwargs={"block_size": bad})
+
+
+# -- ComRoPE's commuting generators (``generators`` ap / ld) -------------------------------------------------
+
+
+def liere_random(tiny, generators, block_size=None, spread=1.0, **kw):
+    """An eval-mode liere model whose position parameters are drawn N(0, spread^2): random, not their start."""
+    kwargs = {"generators": generators} | ({} if block_size is None else {"block_size": block_size})
+    m = tiny("liere", pos_kwargs=kwargs, **kw).eval()
+    with torch.no_grad():
+        for p in m.pos.parameters():
+            p.normal_(0, spread)
+    return m
+
+
+def comrope_by_hand(pos):
+    """fp64 (depth, heads, 2, d/b, b, b) G_y, G_x built block by block from the parameters, as ComRoPE writes them:
+    ap turns block j with axis j mod 2 only; ld turns block j by s_aj B_j on axis a."""
+    b, k = pos.block_size, pos.head_dim // pos.block_size
+    g = torch.zeros(pos.depth, pos.num_heads, 2, k, b, b, dtype=torch.float64)
+    coeffs = pos.generators.detach().double()
+    for j in range(k):
+        if pos.kind == "ap":
+            g[:, :, j % 2, j] = skew_from_coefficients(coeffs[:, :, j % 2, j // 2], b)
+        else:
+            base = skew_from_coefficients(coeffs[:, :, 0, j], b)
+            for axis in range(2):
+                g[:, :, axis, j] = pos.axis_scales.detach().double()[:, :, axis, j, None, None] * base
+    return g
+
+
+def commutator(g):
+    """max |G_y G_x - G_x G_y| per head, over layers and blocks, and the smaller of |G_y|, |G_x| per head."""
+    gy, gx = g.unbind(2)
+    return (gy @ gx - gx @ gy).abs().amax((0, 2, 3, 4)), torch.minimum(gy.abs().amax((0, 2, 3, 4)),
+                                                                          gx.abs().amax((0, 2, 3, 4)))  # fmt: skip
+
+
+@pytest.mark.parametrize(("generators", "block_size"), [("free", None), ("free", 4), ("ap", None), ("ap", 2),
+                                                         ("ld", None), ("ld", 2), ("ld", 4)])  # fmt: skip
+def test_comrope_generators_commute_for_any_parameters_and_free_ones_do_not(tiny, generators, block_size):
+    m = liere_random(tiny, generators, block_size, spread=2.0)
+    g = m.pos.skew()
+    assert g.shape == (2, 4, 2, 8 // m.pos.block_size, m.pos.block_size, m.pos.block_size)
+    comm, size = commutator(g.detach().double())
+    assert (size > VISIBLY).all()  # both axes turn in every head: commuting is not 0 = 0
+    if generators == "free":
+        assert (comm > VISIBLY).all()  # LieRE's independent generators do not commute
+    else:
+        assert (comm < FP32["atol"] * size**2).all(), comm
+        torch.testing.assert_close(g.detach().double(), comrope_by_hand(m.pos), **FP32)
+
+
+@pytest.mark.parametrize("generators", ["free", "ap", "ld"])
+def test_comrope_logits_depend_only_on_the_offset_where_free_liere_does_not(tiny, generators):
+    """Pairs of tokens moved by one 2D shift, off any line through token (0, 0), on the training grid and
+    beyond it (extrapolation): ap and ld keep every logit, free LieRE changes them."""
+    m = liere_random(tiny, generators, block_size=4 if generators == "ld" else None, spread=0.5)
+    for small, big, shift in [((12, 12), (12, 12), (3, 2)), (TRAIN, (13, 11), (4, 2))]:
+        gap = liere_shift_gap(m, small, big, shift)
+        assert gap > VISIBLY if generators == "free" else gap < LOGIT["atol"] * 10, (small, big, gap)
+
+
+@pytest.mark.parametrize(("generators", "block_size"), [("ap", None), ("ld", None), ("ld", 2)])
+def test_comrope_rotations_are_orthogonal_exponentials_and_serve_an_unseen_non_square_grid(tiny, generators,
+                                                                                          block_size):  # fmt: skip
+    m = liere_random(tiny, generators, block_size, class_token=True, global_pool="token")
+    b, grid = m.pos.block_size, (5, 11)
+    g = comrope_by_hand(m.pos)
+    ys, xs = grid_yx(grid)
+    y, x = ys.double() / (TRAIN[0] - 1), xs.double() / (TRAIN[1] - 1)  # extrapolate: the training spacing
+    algebra = y[:, None, None, None] * g[:, :, None, 0] + x[:, None, None, None] * g[:, :, None, 1]
+    expect = torch.linalg.matrix_exp(algebra)  # (depth, heads, N, d/b, b, b)
+    for layer, a in enumerate(m.pos.attn_pos(grid)):
+        r = a.rotation
+        assert r.shape == (4, 1 + 55, 8 // b, b, b) and r.dtype == torch.float32
+        eye = torch.eye(b).expand_as(r)
+        torch.testing.assert_close(r[:, 0], eye[:, 0], **EXACT)  # the class token: never turned
+        torch.testing.assert_close(r[:, 1:].double(), expect[layer], **FP32)
+        torch.testing.assert_close(r.transpose(-1, -2) @ r, eye, **FP32)  # orthogonal
+        torch.testing.assert_close(r[:, 1], eye[:, 1], **FP32)  # R(0) = I at token (0, 0)
+        assert (r[:, 1:] - eye[:, 1:]).abs().amax() > VISIBLY
+    with torch.no_grad():
+        out = m(torch.randn(2, 3, 20, 44))
+    assert out.shape == (2, 5) and torch.isfinite(out).all()
+
+
+def test_free_liere_is_the_default_and_computes_what_liere_did(tiny):
+    """The default draws LieRE's generators as before (one U[0, 2 pi) draw, nothing else) and turns by
+    exp(y G_y + x G_x) through the same operations: bit for bit."""
+    torch.manual_seed(3)
+    default = tiny("liere", class_token=True, global_pool="token").eval()
+    torch.manual_seed(3)
+    free = tiny("liere", class_token=True, global_pool="token", pos_kwargs={"generators": "free"}).eval()
+    torch.manual_seed(3)
+    scheme = POS_REGISTRY["liere"](dim=32, num_heads=4, depth=2, grid=TRAIN)
+    torch.manual_seed(3)
+    assert torch.equal(scheme.generators, torch.rand(2, 4, 2, 1, 28) * (2 * math.pi))
+    assert [n for n, _ in default.pos.named_parameters()] == ["generators"] and default.pos.kind == "free"
+    skew = skew_from_coefficients(default.pos.generators.detach(), 8)
+    pos = default.pos.positions((6, 9))
+    rot = skew_exp(torch.einsum("nc,lhckij->lhnkij", pos, skew))  # (depth, heads, N, 1, 8, 8)
+    for layer, a in enumerate(default.pos.attn_pos((6, 9))):
+        assert torch.equal(a.rotation[:, 1:], rot[layer])
+    x = torch.randn(2, 3, 24, 36)
+    with torch.no_grad():
+        assert torch.equal(default(x), free(x))
+
+
+def test_comrope_learns_every_parameter_without_decay_and_an_edit_reaches_the_cache(tiny):
+    m = tiny("liere", pos_kwargs={"generators": "ld", "block_size": 4}).train()
+    assert m.pos.axis_scales.shape == (2, 4, 2, 2) and m.pos.generators.shape == (2, 4, 1, 2, 6)
+    m(torch.randn(2, 3, 32, 32)).square().mean().backward()
+    for p in m.pos.parameters():
+        assert p.grad is not None and (p.grad.flatten(2).abs().sum(-1) > 0).all()  # every block and head
+    assert m.pos.no_weight_decay() == {"generators", "axis_scales"}
+    m.eval()
+    with torch.no_grad():  # served from the cache
+        before = m.pos.attn_pos(TRAIN)[0].rotation
+        m.pos.axis_scales.data[0, 0, 1] *= 2  # layer 0, head 0, the x axis
+        after = m.pos.attn_pos(TRAIN)[0].rotation
+    assert (after[0] - before[0]).abs().amax() > VISIBLY and torch.equal(after[1:], before[1:])
+
+
+@pytest.mark.parametrize("generators", ["ap", "ld"])
+def test_comrope_carried_to_a_new_grid_keeps_its_rotations(tiny, generators):
+    """state_at_grid under ``extrapolate`` rescales what carries each axis (ld's scales, ap's matrices): a model
+    built at the new grid turns as the original extrapolates."""
+    src = liere_random(tiny, generators)
+    dst = tiny("liere", img_size=48, pos_kwargs={"generators": generators}).eval()
+    dst.pos.load_state_dict(src.pos.state_at_grid((12, 12)))
+    torch.testing.assert_close(dst.pos.attn_pos((12, 12))[1].rotation, src.pos.attn_pos((12, 12))[1].rotation, **FP32)
+
+
+def test_comrope_options_are_checked_and_kept_by_a_checkpoint(tmp_path, capsys):
+    from vitpos.checkpoint import FORMAT, model_from_checkpoint
+    from vitpos.config import Config, model_from_config
+    from vitpos.training import main
+
+    assert main(["--pos", "liere", "--pos-kwarg", "generators=commuting", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "liere generators must be one of free, ap, ld, got 'commuting'" in err
+    with pytest.raises(ValueError, match="generators=ap .* block_size must divide half the head dim 8, got 8"):
+        vitpos.create_model("liere", embed_dim=32, num_heads=4, pos_kwargs={"generators": "ap", "block_size": 8})
+    cfg = Config()
+    cfg.model.pos, cfg.model.embed_dim, cfg.model.depth, cfg.model.num_heads = "liere", 32, 1, 2
+    cfg.model.pos_kwargs = {"generators": "ld", "block_size": 4}
+    model = model_from_config(cfg).eval()
+    with torch.no_grad():
+        model.pos.axis_scales.normal_()
+    state = {f"model.{k}": v for k, v in model.state_dict().items()}
+    path = tmp_path / "ld.ckpt"
+    torch.save({"state_dict": state, "hyper_parameters": {"config": cfg.to_dict()}, "vitpos_format": FORMAT}, path)
+    loaded_cfg, loaded = model_from_checkpoint(path)
+    assert loaded_cfg.model.pos_kwargs == {"generators": "ld", "block_size": 4} and loaded.pos.kind == "ld"
+    x = torch.randn(2, 3, 32, 40)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), model(x))
 
 
 def test_compositions_of_the_new_schemes(tiny):

@@ -10,19 +10,39 @@ this is RoPE-Mixed (one learned 2D frequency per pair); a larger b lets a head r
 b-dimensional space. The default b is the whole head (LieRE's dense generators, the paper's best:
 block size 64 in its ViT-B); ``block_size`` picks a smaller one.
 
+``generators`` picks how G_y and G_x are parameterised:
+
+* ``free`` (the default): LieRE's, two independent generators per block;
+* ``ap`` and ``ld``: ComRoPE's (Yu et al., CVPR 2025, "ComRoPE: Scalable and Robust Rotary Position Embedding
+  Parameterized by Trainable Commuting Angle Matrices"), two families whose generators commute by construction.
+  With one learned skew-symmetric B_j per block j (j = 0 .. d/b - 1),
+
+      ap (axial partition):   block j of G_y is B_j for even j, 0 for odd j; block j of G_x the reverse,
+      ld (linearly dependent): block j of G_y is s_yj B_j, block j of G_x is s_xj B_j, s_yj, s_xj learned scalars.
+
+  In ``ap`` every block turns with one axis only (an even number of blocks; default b = d/2, one block per
+  axis), in ``ld`` block j turns by exp(t B_j) at t = s_yj y + s_xj x: a block sees position only along its
+  direction (s_yj, s_xj), so a head of one block (the default b = d) sees one direction, and smaller blocks
+  see several. As in the reference (Longin-Yu/ComRoPE), the entries of B_j
+  start as those of P - P^T with P ~ N(0, 1), and the scalars as N(0, 1); there they are shared by a layer's
+  heads, here each head owns its own (a head of one block then still has a direction of its own).
+
 Which relative property holds (checked by tests):
 
 * R(p)^T R(q) = R(q - p) whenever the generators of a head commute, G_y G_x = G_x G_y: then the logit
-  depends on the offset q - p alone, as RoPE's does. For b = 2 they always commute (so(2) is
-  one-dimensional): LieRE with b = 2 is exactly relative.
-* For b > 2 learned generators do not commute in general, and the logit also depends on where the pair
-  sits: LieRE encodes absolute position as well as relative. It stays exactly relative for positions on
-  one line through the origin (token (0, 0)): y G_y + x G_x for p = s u and q = t u are multiples of one
-  matrix, which commute, so along the first row, the first column or the main diagonal it is relative.
+  depends on the offset q - p alone, as RoPE's does. ComRoPE shows the converse: for all p and q it needs
+  them to commute. ``ap`` and ``ld`` commute for every value of their parameters (a block turned by one
+  axis, or by multiples of one matrix), so they are exactly relative everywhere, whatever they learn.
+* ``free`` with b = 2 always commutes (so(2) is one-dimensional): LieRE with b = 2 is exactly relative.
+* ``free`` with b > 2: learned generators do not commute in general, and the logit also depends on where
+  the pair sits: LieRE encodes absolute position as well as relative. It stays exactly relative for
+  positions on one line through the origin (token (0, 0)): y G_y + x G_x for p = s u and q = t u are
+  multiples of one matrix, which commute, so along the first row, the first column or the main diagonal
+  it is relative.
 * Always: R(p) is orthogonal (norms of q and k are kept), R(0) = I, and R(-p) = R(p)^T.
 
 Positions are in units of the training grid, as in StanfordMIMI/LieRE: token (i, j) of the training
-grid (H, W) sits at (i / (H-1), j / (W-1)), so the training grid spans [0, 1] per axis. Generator
+grid (H, W) sits at (i / (H-1), j / (W-1)), so the training grid spans [0, 1] per axis. ``free`` generator
 entries start uniform in [0, 2 pi), as the reference (after RoPE-Mixed's random angles). The generators
 are built and exponentiated in fp32 with autocast off (through an eigendecomposition, see
 :class:`SkewExp`). No plain weight decay on them: the position rule's pull towards their start instead.
@@ -45,6 +65,9 @@ import torch
 from torch import Tensor, nn
 
 from .base import AttnPos, Grid, PosScheme
+
+GENERATORS = ("free", "ap", "ld")  # LieRE's free generators, ComRoPE's axial partition and linearly dependent ones
+SKEW_STD = math.sqrt(2.0)  # the entries of P - P^T for P ~ N(0, 1): ComRoPE's start
 
 
 class SkewExp(torch.autograd.Function):
@@ -113,20 +136,42 @@ class LiePos(PosScheme):
     methods = ("extrapolate", "interpolate")
     frame = "grid"
 
-    def __init__(self, *, block_size: int | None = None, **kw):
+    def __init__(self, *, block_size: int | None = None, generators: str = "free", **kw):
         super().__init__(**kw)
-        b = self.head_dim if block_size is None else int(block_size)
-        if b < 2 or self.head_dim % b:
-            raise ValueError(f"liere block_size must be at least 2 and divide the head dim {self.head_dim}, got {b}")
+        if generators not in GENERATORS:
+            raise ValueError(f"liere generators must be one of {', '.join(GENERATORS)}, got {generators!r}")
+        self.kind = generators
+        d = self.head_dim
+        b = (d // 2 if generators == "ap" else d) if block_size is None else int(block_size)
+        if b < 2 or d % b:
+            raise ValueError(f"liere block_size must be at least 2 and divide the head dim {d}, got {b}")
+        k, m = d // b, b * (b - 1) // 2
+        if generators == "ap" and k % 2:
+            raise ValueError(f"liere generators=ap splits a head's blocks between the two axes: block_size must "
+                             f"divide half the head dim {d}, got {b}")  # fmt: skip
         self.block_size = b
-        k, m = self.head_dim // b, b * (b - 1) // 2
-        # (depth, heads, 2 axes (y, x), d/b blocks, b(b-1)/2 upper-triangle entries)
-        self.generators = nn.Parameter(torch.rand(self.depth, self.num_heads, 2, k, m) * (2 * math.pi))
+        shape = (self.depth, self.num_heads)
+        if generators == "free":
+            # (depth, heads, 2 axes (y, x), d/b blocks, b(b-1)/2 upper-triangle entries)
+            self.generators = nn.Parameter(torch.rand(*shape, 2, k, m) * (2 * math.pi))
+        elif generators == "ap":
+            # (depth, heads, 2 axes, d/2b blocks per axis, entries): axis a turns blocks a, a + 2, a + 4, ...
+            self.generators = nn.Parameter(torch.randn(*shape, 2, k // 2, m) * SKEW_STD)
+        else:
+            # (depth, heads, 1: shared by the axes, d/b blocks, entries) and per axis and block a scale
+            self.generators = nn.Parameter(torch.randn(*shape, 1, k, m) * SKEW_STD)
+            self.axis_scales = nn.Parameter(torch.randn(*shape, 2, k))
 
     def skew(self) -> Tensor:
         """(depth, heads, 2, d/b, b, b) generators G_y, G_x, in at least fp32."""
         g = self.generators
-        return skew_from_coefficients(g.to(torch.promote_types(g.dtype, torch.float32)), self.block_size)
+        s = skew_from_coefficients(g.to(torch.promote_types(g.dtype, torch.float32)), self.block_size)
+        if self.kind == "ap":  # block 2i + c is axis a's i-th matrix where c == a, else 0
+            eye = torch.eye(2, dtype=s.dtype, device=s.device)
+            return torch.einsum("lhaiuv,ac->lhaicuv", s, eye).flatten(3, 4)
+        if self.kind == "ld":  # (depth, heads, 1, d/b, b, b) times the scales (depth, heads, 2, d/b)
+            return s * self.axis_scales.to(s.dtype)[..., None, None]
+        return s
 
     def state_at_grid(self, grid: Grid) -> dict[str, Tensor]:
         """Rebuilt at ``grid``, token i sits at i / (h-1). ``extrapolate`` keeps the training spacing
@@ -136,8 +181,9 @@ class LiePos(PosScheme):
         if self.method == "extrapolate":
             (big_h, big_w), (h, w) = self.train_grid, grid
             scale = torch.tensor([(h - 1) / max(big_h - 1, 1), (w - 1) / max(big_w - 1, 1)])
-            g = state["generators"]
-            state["generators"] = g * scale.to(g.dtype).view(1, 1, 2, 1, 1)
+            name = "axis_scales" if self.kind == "ld" else "generators"  # what carries the axis (y, x)
+            g = state[name]
+            state[name] = g * scale.to(g.dtype).view(1, 1, 2, *[1] * (g.dim() - 3))
         return state
 
     def positions(self, grid: Grid, device=None) -> Tensor:
@@ -165,4 +211,4 @@ class LiePos(PosScheme):
         def build() -> list[AttnPos]:
             return [AttnPos(rotation=r) for r in self.rotations(grid).to(device).unbind(0)]
 
-        return self.cached(("rotation", tuple(grid), device), build, self.generators)
+        return self.cached(("rotation", tuple(grid), device), build, *self.parameters())
