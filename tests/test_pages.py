@@ -11,7 +11,7 @@ from helpers import ROOT
 
 from benchmarks import stats
 from benchmarks.pages import __main__ as pages
-from benchmarks.pages import protocol, summary
+from benchmarks.pages import frontier, protocol, summary
 
 SEEDS = [0, 1, 2]
 # test top-1 per (scheme, method, regime, size) and seed
@@ -91,7 +91,8 @@ def test_readme_block_is_replaced_between_the_markers_only():
 
 def test_the_readme_table_is_the_one_rendered_from_docs_study_json(tmp_path):
     data = json.loads((ROOT / "docs" / "study.json").read_text())
-    _, block = summary.render(data, tmp_path, json.loads((ROOT / "docs" / "results.json").read_text()))
+    results, cost = (pages.read(ROOT / "docs" / f"{name}.json") for name in ("results", "cost"))
+    _, block = summary.render(data, tmp_path, results, cost)
     readme = (ROOT / "README.md").read_text()
     between = readme.split(pages.START)[1].split(pages.END)[0].strip()
     assert between == block.strip()
@@ -148,3 +149,70 @@ def test_reruns_table_sets_each_rerun_beside_its_earlier_record_and_names_both_m
     text = summary.reruns(summary.Study(data), earlier)
     (row,) = [ln for ln in text.splitlines() if ln.startswith("| `learned`")]
     assert row == "| `learned` | 0 | 97.8 | 97.6 | -0.2 | 1 x AMD | 1 x CPU |"
+
+
+def cost_record(**img_s: list[float]) -> dict:
+    """A throughput record (benchmarks/throughput.py) at the training size with the contenders' per-round img/s."""
+    contenders = {k.replace("_", ":"): {"img_s": v} for k, v in img_s.items()}
+    return {"command": "python -m benchmarks.throughput", "machine": {"cpu": "CPU"}, "threads": 2, "patch_size": 4,
+            "dims": {"embed_dim": 128, "depth": 4, "num_heads": 4},
+            "grids": [{"img_size": 32, "contenders": contenders}]}  # fmt: skip
+
+
+def test_the_cost_column_is_each_schemes_step_time_against_rope2d_per_round():
+    cost = cost_record(rope2d=[10.0, 10.0], learned=[20.0, 5.0], timm_rope2d=[1.0, 1.0])
+    s = summary.Study(study_json(), cost)
+    assert s.row("learned:patch", summary.COLUMNS)[-1] == "1.25 (0.50-2.00)"  # rope2d's step / learned's: 0.5, 2
+    assert s.row("rope2d:patch", summary.COLUMNS)[-1] == "1"
+    assert "training cost (x `rope2d`)" in s.table(summary.COLUMNS)
+    assert "training cost" not in summary.Study(study_json()).table(summary.COLUMNS)  # no record, no column
+    assert summary.costs(cost_record(learned=[1.0]), 32) == {}  # nothing to compare against
+
+
+FRONT_SEEDS = [0, 1, 2]
+ROPE = {("zoom", 32): [0.99, 0.98, 0.99], ("zoom", 64): [0.50, 0.60, 0.55], ("canvas", 64): [0.30, 0.40, 0.35]}
+
+
+def frontier_json() -> dict:
+    """rope2d, fire 30 points above it at 2x (with a little spread) and string on a par with rope2d."""
+    shift = {"rope2d": [0.0, 0.0, 0.0], "fire": [0.30, 0.31, 0.29], "string": [0.0, 0.01, -0.02]}
+    records = [{"scheme": s, "stem": "patch", "method": "m", "regime": g, "resolution": r, "split": "test", "seed": k,
+                "top1": v + (shift[s][k] if r != 32 else 0.0), "hardware": "1 x CPU", "device": "cpu",
+                "commit": "abc", "torch": "2.x"}
+               for s in shift for (g, r), vals in ROPE.items()
+               for k, v in zip(FRONT_SEEDS, vals, strict=True)]  # fmt: skip
+    runs = [{"spec": f"{s}:patch", "seed": k, "run": f"runs/{s}-{k}", "test_top1": 0.99, "commit": "abc",
+             "ckpt_sha256": f"{s}{k}"} for s in shift for k in FRONT_SEEDS]  # fmt: skip
+    choices = {f"{s}:patch": {"method": "m"} for s in shift}
+    return {"command": "python -m benchmarks.study --json docs/frontier.json", "budget": {"img_size": 32},
+            "sizes": ["32", "64"], "runs": runs, "choices": choices, "records": records}  # fmt: skip
+
+
+def test_frontier_differences_are_paired_by_seed_and_holm_corrected_over_the_page():
+    s = summary.Study(frontier_json())
+    diffs = frontier.differences(s, frontier.COLUMNS)
+    assert {c for (_, _, c) in diffs} == {("zoom", 1.0), ("zoom", 2.0), ("canvas", 2.0)}  # the columns with data
+    raw = {k: stats.paired(list(s.values(k[0], k[2]).values()), list(s.values(k[1], k[2]).values())) for k in diffs}
+    assert list(diffs.values()) == stats.holm(list(raw.values()))
+    text = frontier.differences_table(s, diffs, frontier.COLUMNS)
+    row = next(ln for ln in text.splitlines() if ln.startswith("| `fire` − `rope2d`"))
+    d = diffs[("fire:patch", "rope2d:patch", ("zoom", 2.0))]
+    assert f"{100 * d.diff:+.1f} [{100 * d.low:+.1f}, {100 * d.high:+.1f}] *" in row
+    row = next(ln for ln in text.splitlines() if ln.startswith("| `string` − `rope2d`"))
+    assert "*" not in row  # a third of a point, not separated
+
+
+def test_frontier_page_holds_the_fire_claim_at_the_largest_factor_and_finds_shared_runs(tmp_path):
+    data = frontier_json()
+    rope = {"spec": "rope2d:patch", "commit": "old"}
+    main = {"runs": [rope | {"seed": 0, "test_top1": 0.99, "ckpt_sha256": "rope2d0"},
+                     rope | {"seed": 1, "test_top1": 0.985, "ckpt_sha256": "x"}]}  # fmt: skip
+    page = frontier.render(data, tmp_path, main, cost_record(rope2d=[10.0], fire=[8.0], string=[5.0]))
+    assert "- zoom 2x (the largest measured here; published at 4.57x): `fire` above `rope2d`: agrees, +30.0" in page
+    assert "- canvas 2x (the largest measured here; published at 4.57x): `fire` above `string`: agrees" in page
+    assert "| `rope2d` | 0 | 99.0 (old) | 99.0 (abc) | same run |" in page
+    assert "| `rope2d` | 1 | 98.5 (old) | 99.0 (abc) | +0.5 |" in page
+    assert "| `string` | 98.7 ±1.4 | `m` |" in page and page.count("| 2.00 |") == 1  # string's cost: 10 / 5
+    data["records"] = [r for r in data["records"] if r["seed"] == 0]  # one seed: no verdict
+    page = frontier.render(data, tmp_path)
+    assert "No pair has two shared seeds yet." in page and "no factor above 1x has two seeds" in page

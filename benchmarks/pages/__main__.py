@@ -11,6 +11,7 @@ from benchmarks.pages import (
     diagnostics,
     export,
     fashion_mnist,
+    frontier,
     performance,
     performance_compile,
     pos_dynamics,
@@ -59,8 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     if proto is not None:
         (folder / "protocol.md").write_text(protocol.render(proto, study))
         print(f"wrote {folder / 'protocol.md'}")
+    front = read(folder / "frontier.json")
+    if front is not None:
+        (folder / "frontier.md").write_text(frontier.render(front, folder, study, read(folder / "cost.json")))
+        print(f"wrote {folder / 'frontier.md'}")
     if study is not None:
-        page, block = summary.render(study, folder, read(folder / "results.json"))
+        page, block = summary.render(study, folder, read(folder / "results.json"), read(folder / "cost.json"))
         (folder / "summary.md").write_text(page)
         print(f"wrote {folder / 'summary.md'}")
         if folder == DOCS:

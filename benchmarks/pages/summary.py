@@ -7,7 +7,7 @@ from pathlib import Path
 
 from benchmarks.common import MAIN_RUNS
 from benchmarks.pages import common
-from benchmarks.pages.common import BAG_CEILING, CHANCE, cell, fill, machines, pct, signed, table
+from benchmarks.pages.common import BAG_CEILING, CHANCE, cell, fill, machines, pct, per_round, signed, spread, table
 from benchmarks.stats import holm, mean_ci, paired
 
 # the columns: (regime, factor of the training size); 1x is zoom at the training size
@@ -26,13 +26,41 @@ def head(regime: str, factor: float) -> str:
     return "1x" if factor == 1.0 else f"{regime} {factor:g}x"
 
 
+def costs(cost: dict | None, train: int) -> dict[str, str]:
+    """Per POS:STEM, the training step's time against `rope2d`'s at the training size, from a throughput record
+    (benchmarks/throughput.py, every contender timed round-robin in one process): the median of per-round ratios
+    (lowest-highest)."""
+    grid = next((g for g in (cost or {}).get("grids", []) if g["img_size"] == train), None)
+    if grid is None or "rope2d" not in grid["contenders"]:
+        return {}
+    rope = grid["contenders"]["rope2d"]["img_s"]
+    out = {}
+    for name, c in grid["contenders"].items():
+        if not name.startswith("timm:"):
+            spec = name if ":" in name else f"{name}:patch"
+            out[spec] = "1" if name == "rope2d" else spread(per_round(rope, c["img_s"]), ".2f").replace(" to ", "-")
+    return out
+
+
+def cost_line(cost: dict | None) -> str:
+    """Where the cost column comes from."""
+    if not cost:
+        return "Training cost: not measured (no docs/cost.json)."
+    dims = cost["dims"]
+    return (f"Training cost: one training step's time against `rope2d`'s at the training size, from "
+            f"`{cost['command']}` ({cost['machine']['cpu']}, {cost['threads']} threads; model "
+            f"{dims['embed_dim']} wide, {dims['depth']} blocks, {dims['num_heads']} heads, patch "
+            f"{cost['patch_size']}): the median of per-round ratios, (lowest-highest round).")  # fmt: skip
+
+
 class Study:
     """The study's JSON read for the pages: per scheme and column, the test top-1 of each seed under the scheme's
     validation-chosen method."""
 
-    def __init__(self, data: dict):
+    def __init__(self, data: dict, cost: dict | None = None):
         self.data = data
         self.train = data["budget"]["img_size"]
+        self.cost = costs(cost, self.train)
         self.choices = data.get("choices", {})
         self.cells: dict[tuple[str, str, float], dict[int, float]] = defaultdict(dict)
         self.methods: dict[tuple[str, str, str, int], dict[int, float]] = defaultdict(dict)  # every method, for plots
@@ -59,10 +87,12 @@ class Study:
         method = self.choices.get(spec, {}).get("method")
         return [label(spec), *(cell(list(self.values(spec, c).values())) for c in columns[:1]),
                 f"`{method}`" if method else "—",
-                *(cell(list(self.values(spec, c).values())) for c in columns[1:])]  # fmt: skip
+                *(cell(list(self.values(spec, c).values())) for c in columns[1:]),
+                *([self.cost.get(spec, "—")] if self.cost else [])]  # fmt: skip
 
     def table(self, columns: list[tuple[str, float]]) -> str:
         heads = ["scheme", head(*columns[0]), "method (val)", *(head(*c) for c in columns[1:])]
+        heads += ["training cost (x `rope2d`)"] if self.cost else []
         return table(heads, [self.row(s, columns) for s in self.specs])
 
     def seeds(self) -> dict[str, list[int]]:
@@ -244,10 +274,10 @@ def page_missing(missing: list[str]) -> str:
     return ("Columns not swept yet: " + ", ".join(missing) + ".") if missing else "Every column is swept."
 
 
-def render(data: dict, folder: Path, earlier: dict | None = None) -> tuple[str, str]:
-    """(docs/summary.md, the README's table block) from docs/study.json (and ``earlier``, docs/results.json, for the
-    reruns' table); the figure is written beside the page."""
-    study = Study(data)
+def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | None = None) -> tuple[str, str]:
+    """(docs/summary.md, the README's table block) from docs/study.json (``earlier``, docs/results.json, for the
+    reruns' table; ``cost``, docs/cost.json, for the cost column); the figure is written beside the page."""
+    study = Study(data, cost)
     plot(study, folder / "summary.png")
     sizes = {int(s) for s in data.get("sizes", [])}
     missing = [head(*c) for c in COLUMNS if round(c[1] * study.train) not in sizes]
@@ -256,6 +286,7 @@ def render(data: dict, folder: Path, earlier: dict | None = None) -> tuple[str, 
         command=data["command"],
         coverage=coverage(study),
         missing=page_missing(missing),
+        cost=cost_line(cost),
         table=study.table(COLUMNS),
         guide="\n".join(guide(study)) or "- Nothing is measured on test yet.",
         controls=controls(study),
@@ -275,4 +306,4 @@ def render(data: dict, folder: Path, earlier: dict | None = None) -> tuple[str, 
     return page, block
 
 
-__all__ = ["COLUMNS", "Study", "guide", "plot", "render", "mean_ci", "pct"]
+__all__ = ["COLUMNS", "Study", "costs", "guide", "plot", "render", "mean_ci", "pct"]

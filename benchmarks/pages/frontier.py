@@ -1,0 +1,110 @@
+"""docs/frontier.md: the newer schemes (`fire`, `string`) against `rope2d` under both regimes, each difference paired
+by seed, and the FIRE extrapolation benchmark's claim held against them, from docs/frontier.json (benchmarks/study.py
+with ``--runs rope2d:patch fire:patch string:patch --json docs/frontier.json``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.pages.common import anchors, fill, lines, machines, pct, signed, table
+from benchmarks.pages.summary import Study, cost_line, entropy_table, head, label
+from benchmarks.stats import Difference, holm, paired
+
+COLUMNS = [("zoom", 1.0), ("zoom", 0.75), ("zoom", 1.5), ("zoom", 2.0), ("canvas", 1.5), ("canvas", 2.0)]
+# (a, b): a - b per column; FIRE's claim is the first two (a bias above rotations), string's price the third
+PAIRS = [("fire:patch", "rope2d:patch"), ("fire:patch", "string:patch"), ("string:patch", "rope2d:patch")]
+
+
+def differences(study: Study, columns: list[tuple[str, float]]) -> dict[tuple[str, str, tuple], Difference]:
+    """a - b for each of PAIRS and ``columns`` where both have two or more seeds in common, paired by seed and
+    Holm-corrected together (the page's family)."""
+    found = {}
+    for a, b in PAIRS:
+        for column in columns:
+            x, y = study.values(a, column), study.values(b, column)
+            shared = sorted(set(x) & set(y))
+            if len(shared) >= 2:
+                found[(a, b, column)] = paired([x[k] for k in shared], [y[k] for k in shared])
+    return dict(zip(found, holm(list(found.values())), strict=True))
+
+
+def difference_text(d: Difference | None) -> str:
+    if d is None:
+        return "—"
+    mark = "" if d.verdict == "not separated" else " *"
+    return f"{signed(d.diff)} [{signed(d.low)}, {signed(d.high)}]{mark}"
+
+
+def differences_table(study: Study, diffs: dict, columns: list[tuple[str, float]]) -> str:
+    rows = [[f"{label(a)} − {label(b)}", *(difference_text(diffs.get((a, b, c))) for c in columns)] for a, b in PAIRS]
+    return table(["difference (points)", *(head(*c) for c in columns)], rows)
+
+
+def claim_lines(study: Study, diffs: dict) -> list[str]:
+    """FIRE's published claim (docs/anchors.yaml) at the largest factor measured in each regime: `fire` above
+    `rope2d`, and a bias above the rotations (`fire` above `string` too)."""
+    claim = anchors()["fire_extrapolation"]
+    factor = claim["test_px"] / claim["train_px"]
+    out = []
+    for regime in ("zoom", "canvas"):
+        measured = sorted({c[1] for (_, _, c) in diffs if c[0] == regime and c[1] > 1})
+        if not measured:
+            out.append(f"- {regime.capitalize()}: no factor above 1x has two seeds of both schemes yet.")
+            continue
+        column = (regime, measured[-1])
+        for a, b in PAIRS[:2]:
+            d = diffs[(a, b, column)]
+            verdict = {"above": "agrees", "below": "disagrees"}.get(d.verdict, "not separated (the runs cannot tell)")
+            out.append(
+                f"- {head(*column)} (the largest measured here; published at {factor:.2f}x): {label(a)} above "
+                f"{label(b)}: {verdict}, {signed(d.diff)} [{signed(d.low)}, {signed(d.high)}] points (paired over "
+                f"{d.n_a} seeds, Holm p = {d.p_holm:.3g})."
+            )
+    return out
+
+
+def reproductions(study: Study, main: dict | None) -> str:
+    """Each frontier run that docs/study.json also holds (same scheme and seed): both test top-1 and both commits."""
+    if not main:
+        return "No study record to compare with."
+    other = {(r["spec"], r["seed"]): r for r in main.get("runs", [])}
+    rows = []
+    for r in sorted(study.data.get("runs", []), key=lambda r: (r["spec"], r["seed"])):
+        o = other.get((r["spec"], r["seed"]))
+        if o is None or "test_top1" not in r or "test_top1" not in o:
+            continue
+        same = "same run" if o.get("ckpt_sha256") == r.get("ckpt_sha256") else signed(r["test_top1"] - o["test_top1"])
+        rows.append([label(r["spec"]), str(r["seed"]), f"{pct(o['test_top1'])} ({o.get('commit', '?')})",
+                     f"{pct(r['test_top1'])} ({r.get('commit', '?')})", same])  # fmt: skip
+    if not rows:
+        return "No frontier run is in the study's record."
+    return table(["scheme", "seed", "docs/study.json (commit)", "here (commit)", "difference (points)"], rows)
+
+
+def render(data: dict, folder: Path, main: dict | None = None, cost: dict | None = None) -> str:
+    """docs/frontier.md from docs/frontier.json (``main``: docs/study.json; ``cost``: docs/cost.json)."""
+    study = Study(data, cost)
+    diffs = differences(study, COLUMNS)
+    claim = anchors()["fire_extrapolation"]
+    seeds = study.seeds()
+    return fill(
+        "frontier.md",
+        command=data["command"],
+        seeds=", ".join(f"{label(s)} {len(v)}" for s, v in seeds.items()) or "none",
+        sizes=", ".join(data.get("sizes", [])),
+        cost=cost_line(cost),
+        table=study.table(COLUMNS),
+        differences=differences_table(study, diffs, COLUMNS) if diffs else "No pair has two shared seeds yet.",
+        claim_source=claim["source"],
+        claim_setting=claim["setting"],
+        claim_numbers=", ".join(f"`{k}` {v:g} %" for k, v in claim["top1"].items()),
+        claim=lines(claim_lines(study, diffs)),
+        entropy=entropy_table(study),
+        reproductions=reproductions(study, main),
+        machines="\n".join(
+            f"- {what}: {m}"
+            for what, key in (("training runs", "runs"), ("sweeps", "records"), ("attention entropy", "entropy"))
+            for m in machines(data.get(key, []))
+        )
+        or "- none",  # fmt: skip
+    )
