@@ -103,10 +103,17 @@ def test_protocol_page_states_the_rule_and_the_methods_chosen_on_validation():
     proto = json.loads((ROOT / "docs" / "protocol.json").read_text())
     page = protocol.render(proto, study_json())
     assert "## The position rule: lr x30, decay 0.3 towards start, ramped in over 5 epochs" in page
-    assert "| `rope2d:patch` | `interpolate` | extrapolate 30.0, interpolate 60.0 | 6 |" in page
+    assert "| `rope2d:patch` | `interpolate` | `interpolate` | extrapolate 30.0, interpolate 60.0 | 6 |" in page
     assert page.count("| lr x") == len(
         [t for t in proto["rule"]["comparisons"] if t["rule"] == proto["rule"]["chosen"]]
     )
+
+
+def test_every_schemes_default_transfer_method_is_the_one_validation_chose():
+    """The study's choice (docs/study.json, made on validation) is what vitpos serves a new grid with by default."""
+    choices = json.loads((ROOT / "docs" / "study.json").read_text())["choices"]
+    assert choices
+    assert {spec: protocol.default_method(spec) for spec in choices} == {s: c["method"] for s, c in choices.items()}
 
 
 def test_controls_table_gives_each_controls_paired_difference_from_the_canvas_cell():

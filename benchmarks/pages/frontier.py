@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.pages.common import anchors, fill, lines, machines, pct, signed, table
-from benchmarks.pages.summary import Study, cost_line, entropy_table, head, label
+from benchmarks.pages.common import anchors, fill, lines, pct, signed, table
+from benchmarks.pages.summary import Study, cost_line, entropy_table, head, label, study_machines
 from benchmarks.stats import Difference, holm, paired
 
 COLUMNS = [("zoom", 1.0), ("zoom", 0.75), ("zoom", 1.5), ("zoom", 2.0), ("canvas", 1.5), ("canvas", 2.0)]
@@ -101,10 +101,5 @@ def render(data: dict, folder: Path, main: dict | None = None, cost: dict | None
         claim=lines(claim_lines(study, diffs)),
         entropy=entropy_table(study),
         reproductions=reproductions(study, main),
-        machines="\n".join(
-            f"- {what}: {m}"
-            for what, key in (("training runs", "runs"), ("sweeps", "records"), ("attention entropy", "entropy"))
-            for m in machines(data.get(key, []))
-        )
-        or "- none",  # fmt: skip
+        machines=study_machines(data),
     )

@@ -15,6 +15,16 @@ def rule_text(rule: dict) -> str:
     return f"lr x{rule['pos_lr_scale']:g}, {decay}, {ramp}"
 
 
+def default_method(spec: str) -> str:
+    """The transfer method a POS:STEM model serves a new grid with unless told otherwise (vitpos's default)."""
+    import vitpos
+
+    pos, _, stem = spec.partition(":")
+    model = vitpos.create_model(pos, stem=stem or "patch", img_size=8, patch_size=4, embed_dim=16, depth=1,
+                                num_heads=2)  # fmt: skip
+    return model.pos.method
+
+
 def render(protocol: dict, study: dict | None) -> str:
     chosen = protocol["rule"]["chosen"]
     rows = [[rule_text(t["other"]), str(t["pairs"]), signed(t["mean_diff"]), f"{t['wins']} / {t['losses']}"]
@@ -26,7 +36,7 @@ def render(protocol: dict, study: dict | None) -> str:
     per_method = {
         spec: ", ".join(f"{m} {pct(v)}" for m, v in sorted(c["val_mean"].items())) for spec, c in choices.items()
     }
-    method_rows = [[f"`{spec}`", f"`{c['method']}`", per_method[spec],
+    method_rows = [[f"`{spec}`", f"`{c['method']}`", f"`{default_method(spec)}`", per_method[spec],
                     str(c["cells"])]
                    for spec, c in sorted(choices.items())]  # fmt: skip
     return fill(
@@ -39,7 +49,9 @@ def render(protocol: dict, study: dict | None) -> str:
         + f" (seeds {', '.join(map(str, start['seeds']))})",
         top=", ".join(f"`{s}`" for s in top["chosen"]),
         top_detail=", ".join(f"`{s}` {pct(v)}" for s, v in list(top["seed0_val"].items())[:6]),
-        methods=table(["scheme", "chosen", "mean validation top-1 (%) per method", "cells"], method_rows)
+        methods=table(
+            ["scheme", "chosen", "vitpos's default", "mean validation top-1 (%) per method", "cells"], method_rows
+        )  # fmt: skip
         if method_rows
         else "Not chosen yet: the study has swept no checkpoint on validation.",
         command=protocol["command"],

@@ -257,6 +257,13 @@ def plot(study: Study, png: Path) -> None:
     plt.close(fig)
 
 
+def study_machines(data: dict) -> str:
+    """Where a study's runs trained, its cells were swept and its entropy measured: one line per distinct
+    machine, device, commit and torch."""
+    parts = (("training runs", "runs"), ("sweeps", "records"), ("attention entropy", "entropy"))
+    return "\n".join(f"- {what}: {m}" for what, key in parts for m in machines(data.get(key, []))) or "- none"
+
+
 def coverage(study: Study) -> str:
     """Which seeds each scheme has of those the study asks for, which were swept on test, and at which sizes."""
     seeds = study.seeds()
@@ -292,12 +299,7 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
         controls=controls(study),
         entropy=entropy_table(study),
         reruns=reruns(study, earlier),
-        machines="\n".join(
-            f"- {what}: {m}"
-            for what, key in (("training runs", "runs"), ("sweeps", "records"), ("attention entropy", "entropy"))
-            for m in machines(data.get(key, []))
-        )
-        or "- none",  # fmt: skip
+        machines=study_machines(data),
     )
     note = (f"Mean test top-1 (%) ± the 95 % interval's half-width over seeds (¹: one seed; —: not measured). "
             f"{coverage(study)} {page_missing(missing)} [docs/summary.md](docs/summary.md) has every column and the "
