@@ -15,7 +15,10 @@ The protocol, frozen before test is read:
 4. Test: the whole test split, every size, both regimes, every method (each record names its split).
 5. Controls (canvas, above the training size, the chosen method): pooling over the scene's tokens only, log-n logit
    scaling, and the scene shifted off the patch grid by half a patch: what the canvas changes besides position.
-6. Attention entropy per block and head at each size and regime (64 test images, the chosen method): whether
+6. Far sizes (``--far``, 128 px = 4x by default): the whole test split under both regimes with the chosen method
+   only. The choice is made at ``--sizes``; a 4x cell costs about as much as all of them together, so it is
+   measured once, for the method the protocol serves.
+7. Attention entropy per block and head at each size and regime (64 test images, the chosen method): whether
    attention stays focused as the grid grows, the explanation the FIRE extrapolation study gives.
 
 A checkpoint keeps its records while its SHA-256 and the sweep's arguments are unchanged: an interrupted study goes
@@ -50,7 +53,8 @@ from benchmarks.common import (
 from benchmarks.rules import pos_rule_of
 from vitpos.config import Config
 
-SIZES = ["24", "32", "48", "64", "128"]
+SIZES = ["24", "32", "48", "64"]
+FAR = ["128"]
 
 
 # The canvas controls, each on the test split with the scheme's chosen method: what the canvas changes besides
@@ -136,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", nargs="+", default=MAIN_RUNS, metavar="POS:STEM")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--sizes", nargs="+", default=SIZES, help="test sizes (px); the canvas regime uses those >= 32")
+    p.add_argument("--far", nargs="*", default=FAR,
+                   help="sizes (px) tested with the chosen method only, after the choice (none: skip)")  # fmt: skip
     p.add_argument("--val-limit", type=int, default=1000, help="validation images per cell for the choice")
     p.add_argument("--out", default="runs/bench-shapes", help="folder of the training runs")
     p.add_argument("--json", default=str(ROOT / "docs" / "study.json"))
@@ -160,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def save() -> None:
         write_record(path, "study.py", argv, budget=budget, specs=args.runs, seeds=args.seeds, sizes=args.sizes,
-                     val_limit=args.val_limit, runs=list(runs.values()), choices=choices, records=records,
+                     far=args.far, val_limit=args.val_limit, runs=list(runs.values()), choices=choices, records=records,
                      entropy=entropy)  # fmt: skip
 
     # 1. the runs, seed by seed, so that a study cut short has every scheme at the seeds it reached
@@ -222,7 +228,23 @@ def main(argv: list[str] | None = None) -> int:
             records += [r | stamp | {"sweep": sweep, "seed": run["seed"], "run": run["run"]} for r in fresh]
             save()
 
-    # 6. attention entropy at each size and regime, with each scheme's chosen method
+    # 6. the far sizes: test, the chosen method only
+    for run in runs.values() if args.far else ():
+        ckpt = ROOT / run["run"] / "checkpoints" / "last.ckpt"
+        method = choices.get(run["spec"], {}).get("method")
+        if not ckpt.is_file() or method is None:
+            continue
+        sha = fingerprint(ckpt)
+        sweep = {"split": "test", "sizes": args.far, "limit": None, "method": method}
+        if any(r.get("ckpt_sha256") == sha and r.get("sweep") == sweep for r in records):
+            continue
+        stamp = provenance() | {"ckpt_sha256": sha, "train_commit": run.get("commit")}
+        fresh = complete(sweep_checkpoint(ckpt, "test", args.far, None, [method]), cfg.data.test_size, ckpt)
+        records[:] = [r for r in records if not (r["checkpoint"] == str(ckpt) and r.get("sweep") == sweep)]
+        records += [r | stamp | {"sweep": sweep, "seed": run["seed"], "run": run["run"]} for r in fresh]
+        save()
+
+    # 7. attention entropy at each size and regime, with each scheme's chosen method
     for run in runs.values():
         ckpt = ROOT / run["run"] / "checkpoints" / "last.ckpt"
         method = choices.get(run["spec"], {}).get("method")

@@ -127,6 +127,7 @@ def test_study_sweeps_each_checkpoint_once_and_chooses_before_test(tmp_path, mon
         "32",
         "64",
         "--no-controls",
+        "--far",
     ]
     assert study.main(argv) == 0
     assert calls == ["val", "test"]
@@ -153,7 +154,8 @@ def test_study_sweeps_the_canvas_controls_with_the_chosen_method_above_the_train
     entropies = []
     monkeypatch.setattr(study, "entropy_rows", lambda ckpt, method, sizes: entropies.append(method) or [{}])
     out = tmp_path / "study.json"
-    argv = ["--runs", "rope2d:patch", "--seeds", "0", "--out", "runs", "--json", str(out), "--sizes", "32", "64"]
+    argv = ["--runs", "rope2d:patch", "--seeds", "0", "--out", "runs", "--json", str(out), "--sizes", "32", "64",
+            "--far"]  # fmt: skip
     assert study.main(argv) == 0
     assert entropies == ["interpolate"]  # the chosen method, once per checkpoint
     controls = seen[2:]
@@ -163,6 +165,35 @@ def test_study_sweeps_the_canvas_controls_with_the_chosen_method_above_the_train
     assert {r.get("control") for r in data["records"]} == {None, "scene", "logn", "offgrid"}
     assert study.main(argv) == 0 and len(seen) == 5 and entropies == ["interpolate"]  # nothing swept twice
     assert json.loads(out.read_text())["entropy"][0]["spec"] == "rope2d:patch"
+
+
+def test_far_sizes_are_tested_once_after_the_choice_with_the_chosen_method_only(tmp_path, monkeypatch, run_dir):
+    from benchmarks.pages import summary
+
+    monkeypatch.setattr(study, "train_run", lambda rd, flags, retrain=False: {"run": str(rd.relative_to(tmp_path))})
+    seen = []
+
+    def sweep(ckpt, split, sizes, limit, methods=None, regimes=("zoom", "canvas"), **control):
+        seen.append((split, tuple(sizes), limit, methods, regimes))
+        if sizes != ["128"]:
+            return swept(ckpt, split, methods)
+        assert json.loads(out.read_text())["choices"]["rope2d:patch"]["method"] == "interpolate"
+        return [record("rope2d", m, 128, 0.3, split=split, regime=g) | {"checkpoint": str(ckpt), "samples": 2000}
+                for m in methods for g in regimes]  # fmt: skip
+
+    monkeypatch.setattr(study, "sweep_checkpoint", sweep)
+    monkeypatch.setattr(study, "entropy_rows", lambda ckpt, method, sizes: [{}])
+    out = tmp_path / "study.json"
+    argv = ["--runs", "rope2d:patch", "--seeds", "0", "--out", "runs", "--json", str(out), "--sizes", "32", "64",
+            "--no-controls", "--far", "128"]  # fmt: skip
+    assert study.main(argv) == 0
+    assert seen[2:] == [("test", ("128",), None, ["interpolate"], ("zoom", "canvas"))]  # whole split, one method
+    assert study.main(argv) == 0 and len(seen) == 3  # recorded: not swept again
+    data = json.loads(out.read_text())
+    data["budget"] = {"img_size": 32}
+    data["runs"] = [{"spec": "rope2d:patch", "seed": 0, "run": "runs/rope2d-patch-seed0"}]
+    cells = summary.Study(data)
+    assert cells.values("rope2d:patch", ("zoom", 4.0)) == {0: 0.3} == cells.values("rope2d:patch", ("canvas", 4.0))
 
 
 def test_entropy_rows_measure_every_block_and_head_at_each_size_and_regime(tmp_path):
