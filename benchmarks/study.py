@@ -20,6 +20,8 @@ The protocol, frozen before test is read:
    measured once, for the method the protocol serves.
 7. Attention entropy per block and head at each size and regime (64 test images, the chosen method): whether
    attention stays focused as the grid grows, the explanation the FIRE extrapolation study gives.
+8. Patch-shuffle test at the training size (the whole test split, one fixed permutation of the patches;
+   vitpos.diagnose): whether a model is blind to patch order, which is what the bag-of-patches ceiling assumes.
 
 A checkpoint keeps its records while its SHA-256 and the sweep's arguments are unchanged: an interrupted study goes
 on where it stopped, and only new or retrained runs are evaluated. Every run and record names its provenance
@@ -125,6 +127,21 @@ def entropy_rows(ckpt: Path, method: str, sizes: list[str], images: int = 64) ->
     return rows
 
 
+def shuffle_row(ckpt: Path) -> dict:
+    """The patch-shuffle test (vitpos.diagnose.patch_shuffle_test) of a checkpoint on its whole test split at the
+    training size: top-1 with the patches in place and permuted."""
+    from torch.utils.data import DataLoader
+
+    from vitpos.checkpoint import model_from_checkpoint
+    from vitpos.data import build_datamodule
+    from vitpos.diagnose import patch_shuffle_test
+
+    cfg, model = model_from_checkpoint(ckpt)
+    dm = build_datamodule(cfg.data, img_size=cfg.model.img_size, seed=cfg.trainer.seed)
+    loader = DataLoader(dm.eval_dataset(cfg.model.img_size, "test", None), batch_size=250)
+    return patch_shuffle_test(model.eval(), loader)
+
+
 def complete(fresh: list[dict], expected: int, where: Path) -> list[dict]:
     """The records that counted every image they were asked to (a run stopped early, by a signal say, counts
     fewer); those that did not are reported and left out, so the next pass sweeps them again."""
@@ -158,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     earlier = json.loads(path.read_text()) if path.is_file() else {}
     records: list[dict] = earlier.get("records", [])
     entropy: list[dict] = earlier.get("entropy", [])
+    shuffle: list[dict] = earlier.get("shuffle", [])
     runs: dict[str, dict] = {r["run"]: r for r in earlier.get("runs", [])}
     budget = study_budget(cfg, train_size=cfg.data.train_size, val_size=cfg.data.val_size,
                           test_size=cfg.data.test_size, **{f"rule_{k}": v for k, v in rule.items()})  # fmt: skip
@@ -167,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     def save() -> None:
         write_record(path, "study.py", argv, budget=budget, specs=args.runs, seeds=args.seeds, sizes=args.sizes,
                      far=args.far, val_limit=args.val_limit, runs=list(runs.values()), choices=choices, records=records,
-                     entropy=entropy)  # fmt: skip
+                     entropy=entropy, shuffle=shuffle)  # fmt: skip
 
     # 1. the runs, seed by seed, so that a study cut short has every scheme at the seeds it reached
     jobs = [(spec, seed) for seed in args.seeds for spec in args.runs]
@@ -258,6 +276,19 @@ def main(argv: list[str] | None = None) -> int:
                                 "spec": run["spec"], "seed": run["seed"], "run": run["run"]}  # fmt: skip
         entropy[:] = [e for e in entropy if e["run"] != run["run"]] + [
             row | stamp for row in entropy_rows(ckpt, method, args.sizes)]  # fmt: skip
+        save()
+
+    # 8. the patch-shuffle test at the training size
+    for run in runs.values():
+        ckpt = ROOT / run["run"] / "checkpoints" / "last.ckpt"
+        if not ckpt.is_file():
+            continue
+        sha = fingerprint(ckpt)
+        if any(e.get("ckpt_sha256") == sha for e in shuffle):
+            continue
+        stamp = provenance() | {"ckpt_sha256": sha, "train_commit": run.get("commit"), "spec": run["spec"],
+                                "seed": run["seed"], "run": run["run"]}  # fmt: skip
+        shuffle[:] = [e for e in shuffle if e["run"] != run["run"]] + [shuffle_row(ckpt) | stamp]
         save()
     return 0
 

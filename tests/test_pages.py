@@ -80,6 +80,8 @@ def test_summary_page_has_its_table_figure_and_missing_columns(tmp_path):
     assert len(rows) == 2 and len(rows[0].split("|")) == len(summary.COLUMNS) + 4  # + scheme, method, two edges
     assert block.splitlines()[0].startswith("| scheme | 1x | method (val) | zoom 2x | zoom 4x | canvas 2x")
     assert "commit abc" in page
+    page, _ = summary.render(study_json() | {"far": ["128"]}, tmp_path)  # 4x swept apart, with the chosen method
+    assert "Columns not swept yet: zoom 0.75x, zoom 1.5x, canvas 1.5x." in page
 
 
 def test_readme_block_is_replaced_between_the_markers_only():
@@ -129,6 +131,17 @@ def test_controls_table_gives_each_controls_paired_difference_from_the_canvas_ce
     row = next(ln for ln in text.splitlines() if ln.startswith("| `rope2d`"))
     assert "+10.0 [+10.0, +10.0] *" in row and row.endswith("| — | — |")
     assert summary.controls(summary.Study(study_json())) == "No control is measured yet."
+
+
+def test_shuffle_table_gives_each_schemes_drop_with_its_interval_over_seeds():
+    data = study_json()
+    data["shuffle"] = [{"spec": spec, "seed": k, "top1": 0.9, "top1_shuffled": 0.9 - d, "drop": d}
+                       for spec, d in (("rope2d:patch", 0.6), ("learned:patch", 0.0)) for k in SEEDS]  # fmt: skip
+    text = summary.shuffle_table(summary.Study(data))
+    rope = next(ln for ln in text.splitlines() if ln.startswith("| `rope2d`"))
+    blind = next(ln for ln in text.splitlines() if ln.startswith("| `learned`"))
+    assert "| 30.0 ±0.0 | +60.0 [+60.0, +60.0] |" in rope and "+0.0 [+0.0, +0.0]" in blind
+    assert summary.shuffle_table(summary.Study(study_json())) == "Not measured yet."
 
 
 def test_entropy_table_is_the_fraction_of_uniform_per_column():

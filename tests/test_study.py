@@ -94,6 +94,7 @@ def run_dir(tmp_path, monkeypatch):
     run_dir = tmp_path / "runs" / "rope2d-patch-seed0"
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    monkeypatch.setattr(study, "shuffle_row", lambda ckpt: {"top1": 0.9, "top1_shuffled": 0.2, "drop": 0.7})
     return run_dir
 
 
@@ -137,7 +138,11 @@ def test_study_sweeps_each_checkpoint_once_and_chooses_before_test(tmp_path, mon
     assert study.main(argv) == 0 and calls == ["val", "test"]  # unchanged checkpoint: nothing swept again
     (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"retrained")
     assert study.main(argv) == 0 and calls == ["val", "test", "val", "test"]
-    assert len(json.loads(out.read_text())["records"]) == 4  # the old checkpoint's records replaced, not kept
+    data = json.loads(out.read_text())
+    assert len(data["records"]) == 4  # the old checkpoint's records replaced, not kept
+    (shuffled,) = data["shuffle"]  # one patch-shuffle test per run, of its current checkpoint
+    assert shuffled["drop"] == 0.7 and shuffled["ckpt_sha256"] == data["records"][-1]["ckpt_sha256"]
+    assert shuffled["spec"] == "rope2d:patch" and shuffled["device"]
 
 
 def test_study_sweeps_the_canvas_controls_with_the_chosen_method_above_the_training_size(
@@ -194,6 +199,12 @@ def test_far_sizes_are_tested_once_after_the_choice_with_the_chosen_method_only(
     data["runs"] = [{"spec": "rope2d:patch", "seed": 0, "run": "runs/rope2d-patch-seed0"}]
     cells = summary.Study(data)
     assert cells.values("rope2d:patch", ("zoom", 4.0)) == {0: 0.3} == cells.values("rope2d:patch", ("canvas", 4.0))
+
+
+def test_shuffle_row_finds_the_patch_stem_without_position_blind_to_patch_order(tmp_path):
+    row = study.shuffle_row(untrained_checkpoint(tmp_path / "none.ckpt", pos="none", images=24))
+    assert row["num_images"] == 24  # the whole test split
+    assert row["top1"] == row["top1_shuffled"] and row["drop"] == 0.0  # a bag of patches: any order, same logits
 
 
 def test_entropy_rows_measure_every_block_and_head_at_each_size_and_regime(tmp_path):

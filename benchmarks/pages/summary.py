@@ -184,6 +184,30 @@ def entropy_table(study: Study) -> str:
     return table(["scheme", *(head(*c) for c in ENTROPY_COLUMNS)], rows)
 
 
+def shuffle_table(study: Study) -> str:
+    """Per scheme: test top-1 at the training size with the patches in place and permuted (one fixed permutation),
+    and the drop with its 95 % t-interval over seeds (paired: the same checkpoint, one image set)."""
+    by: dict[str, list[dict]] = defaultdict(list)
+    for e in study.data.get("shuffle", []):
+        by[e["spec"]].append(e)
+    if not by:
+        return "Not measured yet."
+    rows = []
+    for s in (s for s in study.specs if s in by):
+        drops = [e["drop"] for e in by[s]]
+        m, lo, hi = mean_ci(drops)
+        drop = signed(m) if len(drops) == 1 else f"{signed(m)} [{signed(lo)}, {signed(hi)}]"
+        rows.append([label(s), cell([e["top1"] for e in by[s]]), cell([e["top1_shuffled"] for e in by[s]]), drop,
+                     str(len(drops))])  # fmt: skip
+    return table(["scheme", "in place", "patches shuffled", "drop (points)", "seeds"], rows)
+
+
+def ceiling_noise(study: Study) -> str:
+    """How far a blind model's top-1 on the test split strays from the ceiling by chance (95 %, binomial)."""
+    n = study.data["budget"].get("test_size")
+    return f"{100 * 1.96 * (BAG_CEILING * (1 - BAG_CEILING) / n) ** 0.5:.1f}" if n else "?"
+
+
 def reruns(study: Study, earlier: dict | None) -> str:
     """Each study run that an earlier record (docs/results.json) also holds, same scheme, seed and rule: both test
     top-1 (the best-validation checkpoint, as each run reports it) and where each trained."""
@@ -286,7 +310,7 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
     reruns' table; ``cost``, docs/cost.json, for the cost column); the figure is written beside the page."""
     study = Study(data, cost)
     plot(study, folder / "summary.png")
-    sizes = {int(s) for s in data.get("sizes", [])}
+    sizes = {int(s) for s in data.get("sizes", []) + data.get("far", [])}
     missing = [head(*c) for c in COLUMNS if round(c[1] * study.train) not in sizes]
     page = fill(
         "summary.md",
@@ -298,6 +322,8 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
         guide="\n".join(guide(study)) or "- Nothing is measured on test yet.",
         controls=controls(study),
         entropy=entropy_table(study),
+        shuffle=shuffle_table(study),
+        noise=ceiling_noise(study),
         reruns=reruns(study, earlier),
         machines=study_machines(data),
     )
