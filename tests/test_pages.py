@@ -82,6 +82,7 @@ def test_summary_page_has_its_table_figure_and_missing_columns(tmp_path):
     assert "commit abc" in page
     page, _ = summary.render(study_json() | {"far": ["128"]}, tmp_path)  # 4x swept apart, with the chosen method
     assert "Columns not swept yet: zoom 0.75x, zoom 1.5x, canvas 1.5x." in page
+    assert "Sizes swept: 32, 64 px; 128 px on test with the chosen method only." in page
 
 
 def test_readme_block_is_replaced_between_the_markers_only():

@@ -295,9 +295,12 @@ def coverage(study: Study) -> str:
     parts = [f"{label(s)} {len(v)}" for s, v in seeds.items()]
     swept = {r["seed"] for r in study.data.get("records", []) if r["split"] == "test"}
     of = f" of the {len(want)} the study asks for" if want else ""
+    far = study.data.get("far")
+    far = f"; {', '.join(far)} px on test with the chosen method only" if far else ""
     return (
         f"Seeds trained per scheme{of}: {', '.join(parts) or 'none'}; seeds swept on test: "
-        f"{', '.join(map(str, sorted(swept))) or 'none'}. Sizes swept: {', '.join(study.data.get('sizes', []))} px."
+        f"{', '.join(map(str, sorted(swept))) or 'none'}. Sizes swept: {', '.join(study.data.get('sizes', []))} px"
+        f"{far}."
     )
 
 
