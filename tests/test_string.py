@@ -42,12 +42,15 @@ def test_string_is_rope2d_at_initialisation(class_token):
     string, rope = model("string", class_token=class_token), model("rope2d", class_token=class_token)
     assert set(string.state_dict()) - set(rope.state_dict()) == {"pos.skew"} and not string.pos.skew.any()
     assert torch.equal(string.pos.orthogonal(), torch.eye(8).expand(2, 4, 8, 8))
+    assert set(string.pos.methods) == set(rope.pos.methods)
     with torch.no_grad():
-        for mode in ("eval", "train"):
-            string.train(mode == "train"), rope.train(mode == "train")
-            for size in [(32, 32), (24, 40)]:
-                x = torch.randn(2, 3, *size)
-                assert torch.equal(string(x), rope(x)), (mode, size)
+        for method in rope.pos.methods:  # each default aside (string's was chosen apart): the same under every method
+            string.pos.method = rope.pos.method = method
+            for mode in ("eval", "train"):
+                string.train(mode == "train"), rope.train(mode == "train")
+                for size in [(32, 32), (24, 40)]:
+                    x = torch.randn(2, 3, *size)
+                    assert torch.equal(string(x), rope(x)), (method, mode, size)
     string.train()
     string(torch.randn(2, 3, 32, 32)).square().mean().backward()
     assert string.pos.skew.grad.abs().max() > 0  # S learns from its start

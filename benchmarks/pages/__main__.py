@@ -57,10 +57,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {folder / name}.md")
     study = read(folder / "study.json")
     proto = read(folder / "protocol.json")
-    if proto is not None:
-        (folder / "protocol.md").write_text(protocol.render(proto, study))
-        print(f"wrote {folder / 'protocol.md'}")
     front = read(folder / "frontier.json")
+    if proto is not None:
+        (folder / "protocol.md").write_text(protocol.render(proto, study, front))
+        print(f"wrote {folder / 'protocol.md'}")
     if front is not None:
         (folder / "frontier.md").write_text(frontier.render(front, folder, study, read(folder / "cost.json")))
         print(f"wrote {folder / 'frontier.md'}")

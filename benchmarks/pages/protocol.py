@@ -1,4 +1,5 @@
-"""docs/protocol.md: what each default was chosen on (validation), from docs/protocol.json and docs/study.json."""
+"""docs/protocol.md: what each default was chosen on (validation), from docs/protocol.json, docs/study.json and
+docs/frontier.json."""
 
 from __future__ import annotations
 
@@ -25,20 +26,44 @@ def default_method(spec: str) -> str:
     return model.pos.method
 
 
-def render(protocol: dict, study: dict | None) -> str:
+# Where vitpos's default differs from the validation choice, and why: the method validation chose (so that a new
+# choice reopens the question) and the reason. A test holds every other default to the choice.
+DEFAULT_EXCEPTIONS = {
+    "string:patch": ("yarn", "`yarn`'s graph branches on the grid, so a model served with it cannot be exported as one "
+                             "file for every size (docs/deployment.md); `interpolate`, its close second here, can"),
+}  # fmt: skip
+
+
+def method_table(*studies: dict | None) -> str:
+    """Each scheme's validation-chosen method beside vitpos's default, from the studies' choices (the first study
+    that has a scheme gives its row), with the reason under the table where the two differ."""
+    choices: dict[str, dict] = {}
+    for data in studies:
+        for spec, c in (data or {}).get("choices", {}).items():
+            choices.setdefault(spec, c)
+    if not choices:
+        return "Not chosen yet: the study has swept no checkpoint on validation."
+    rows, notes = [], []
+    for spec, c in sorted(choices.items()):
+        default = default_method(spec)
+        mark = ""
+        if default != c["method"]:
+            mark = f" ({len(notes) + 1})"
+            why = DEFAULT_EXCEPTIONS.get(spec, (None, "no reason recorded"))[1]
+            notes.append(f"({len(notes) + 1}) `{spec}`: {why}.")
+        per_method = ", ".join(f"{m} {pct(v)}" for m, v in sorted(c["val_mean"].items()))
+        rows.append([f"`{spec}`", f"`{c['method']}`", f"`{default}`{mark}", per_method, str(c["cells"])])
+    heads = ["scheme", "chosen", "vitpos's default", "mean validation top-1 (%) per method", "cells"]
+    return "\n\n".join([table(heads, rows), *notes])
+
+
+def render(protocol: dict, study: dict | None, frontier: dict | None = None) -> str:
     chosen = protocol["rule"]["chosen"]
     rows = [[rule_text(t["other"]), str(t["pairs"]), signed(t["mean_diff"]), f"{t['wins']} / {t['losses']}"]
             for t in protocol["rule"]["comparisons"] if t["rule"] == chosen]  # fmt: skip
     start = protocol["start"]
     top = protocol["top_others"]
     ev = protocol["evidence"]
-    choices = (study or {}).get("choices", {})
-    per_method = {
-        spec: ", ".join(f"{m} {pct(v)}" for m, v in sorted(c["val_mean"].items())) for spec, c in choices.items()
-    }
-    method_rows = [[f"`{spec}`", f"`{c['method']}`", f"`{default_method(spec)}`", per_method[spec],
-                    str(c["cells"])]
-                   for spec, c in sorted(choices.items())]  # fmt: skip
     return fill(
         "protocol.md",
         rule=rule_text(chosen),
@@ -49,10 +74,6 @@ def render(protocol: dict, study: dict | None) -> str:
         + f" (seeds {', '.join(map(str, start['seeds']))})",
         top=", ".join(f"`{s}`" for s in top["chosen"]),
         top_detail=", ".join(f"`{s}` {pct(v)}" for s, v in list(top["seed0_val"].items())[:6]),
-        methods=table(
-            ["scheme", "chosen", "vitpos's default", "mean validation top-1 (%) per method", "cells"], method_rows
-        )  # fmt: skip
-        if method_rows
-        else "Not chosen yet: the study has swept no checkpoint on validation.",
+        methods=method_table(study, frontier),
         command=protocol["command"],
     )
