@@ -40,7 +40,10 @@ def cayley(skew: Tensor) -> Tensor:
 
 
 class StringPos(Rope2dPos):
-    """rope2d after a learned orthogonal P = Cayley(S) per block and head (AttnPos.mix); S = 0 at init."""
+    """rope2d after a learned orthogonal P = Cayley(S) per block and head (AttnPos.mix); S = 0 at init.
+
+    Its default method is rope2d's ``interpolate``. Validation chose ``yarn`` for it by a fraction of a point, but a
+    yarn model cannot be exported as one file for every size; docs/protocol.md gives both numbers."""
 
     def __init__(self, **kw):
         super().__init__(**kw)
