@@ -49,13 +49,17 @@ def machine() -> dict[str, str | int]:
 
 
 def write_record(path: str | Path, script: str, argv: list[str], **data) -> None:
-    """One benchmark's JSON: the command that made it, the machine and its load average, then the measurements."""
+    """One benchmark's JSON: the command that made it, the machine and its load average, then the measurements.
+    Written whole or not at all (a sibling file, then a rename): a study stopped mid-write keeps its last record."""
     load = [round(v, 2) for v in os.getloadavg()]
     module = f"benchmarks.{Path(script).stem}"
     record = {"command": shlex.join(["python", "-m", module, *argv]), "machine": machine(),
               "load_average": load, **data}  # fmt: skip
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(record, indent=1) + "\n")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.partial")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, path)
     print(f"wrote {path}", flush=True)
 
 

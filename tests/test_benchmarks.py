@@ -693,3 +693,20 @@ def test_pos_dynamics_study_keeps_each_runs_curves_and_its_page_compares_them_st
     assert [r[2:] for r in compared] == [[same, same, "95.0 / 90.0"]] * 2
     assert ("`rope2d+learned` under the default rule" in page) == (ratio < pos_dynamics.ALIKE)
     assert (tmp_path / "pos_dynamics.png").is_file()
+
+
+def test_a_record_interrupted_while_written_leaves_the_last_one_whole(tmp_path, monkeypatch):
+    from benchmarks import common as bench_common
+
+    out = tmp_path / "study.json"
+    bench_common.write_record(out, "study.py", [], records=[1])
+
+    def torn(self, text, *a, **k):  # a write stopped half-way, as a signal would stop it
+        Path.write_bytes(self, text[: len(text) // 2].encode())
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", torn)
+    with pytest.raises(KeyboardInterrupt):
+        bench_common.write_record(out, "study.py", [], records=[1, 2])
+    monkeypatch.undo()
+    assert json.loads(out.read_text())["records"] == [1]
