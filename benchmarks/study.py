@@ -66,6 +66,24 @@ FAR = ["128"]
 CONTROLS = {"scene": {"pool": "scene"}, "logn": {"logit_scaling": "logn"}, "offgrid": {"shift": "half-patch"}}
 
 
+def check_pos_aug(p: argparse.ArgumentParser, aug: str, specs: list[str]) -> None:
+    """A position augmentation that parses and that every run's scheme can take, or the parser's one-line error."""
+    from vitpos import create_model
+    from vitpos.pos.base import PosAug
+
+    try:
+        parsed = PosAug.parse(aug)
+    except ValueError as e:
+        p.error(f"--pos-aug {aug}: {e}")
+    if not parsed.on:
+        p.error(f"--pos-aug {aug} turns augmentation off: leave the flag out for the runs without it")
+    for spec in specs:
+        try:
+            create_model(spec.partition(":")[0], embed_dim=16, depth=1, num_heads=2, pos_aug=parsed)
+        except ValueError as e:
+            p.error(f"--pos-aug with {spec}: {e}")
+
+
 def sweep_checkpoint(ckpt: Path, split: str, sizes: list[str], limit: int | None, methods: list[str] | None = None,
                      regimes: tuple[str, ...] = ("zoom", "canvas"), **control: str) -> list[dict]:  # fmt: skip
     """Every method (or ``methods``) of the checkpoint's scheme at every size under ``regimes``, on ``split`` (its
@@ -164,11 +182,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=str(ROOT / "docs" / "study.json"))
     p.add_argument("--jobs", type=int, default=1, help="trainings at once, each with cores / jobs threads")
     p.add_argument("--no-train", action="store_true", help="sweep only the runs already trained")
+    p.add_argument(
+        "--pos-aug",
+        metavar="AUG",
+        help="train every run with this position augmentation (train.py's "
+        "--pos-aug, e.g. shift=0.1,jitter=1.2,rescale=2); its runs' folders name it: use its own --json",
+    )
     p.add_argument("--controls", action=argparse.BooleanOptionalAction, default=True,
                    help="sweep the canvas controls (scene pooling, log-n scaling, off the patch grid)")  # fmt: skip
     args = p.parse_args(argv)
     threads = cores_per_job(p, args.jobs)
     run_specs(p, args.runs)
+    if args.pos_aug is not None:
+        check_pos_aug(p, args.pos_aug, args.runs)
     cfg, out = Config(), ROOT / args.out
     rule = pos_rule_of(vars(cfg.optim))
     path = Path(args.json)
@@ -184,8 +210,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def save() -> None:
         write_record(path, "study.py", argv, budget=budget, specs=args.runs, seeds=args.seeds, sizes=args.sizes,
-                     far=args.far, val_limit=args.val_limit, runs=list(runs.values()), choices=choices, records=records,
-                     entropy=entropy, shuffle=shuffle)  # fmt: skip
+                     pos_aug=args.pos_aug, far=args.far, val_limit=args.val_limit, runs=list(runs.values()),
+                     choices=choices, records=records, entropy=entropy, shuffle=shuffle)  # fmt: skip
 
     # 1. the runs, seed by seed, so that a study cut short has every scheme at the seeds it reached
     jobs = [(spec, seed) for seed in args.seeds for spec in args.runs]
@@ -195,10 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     def train(job: tuple[str, int]) -> dict | None:
         spec, seed = job
         pos, _, stem = spec.partition(":")
-        run_dir, flags = study_run(out, pos, stem, seed, rule, {}, has_pos_params(spec))
+        run_dir, flags = study_run(out, pos, stem, seed, rule, {}, has_pos_params(spec), args.pos_aug)
         if args.no_train and not (run_dir / "results.json").is_file():
             return None
-        return {"spec": spec, "pos": pos, "stem": stem, "seed": seed, **train_run(run_dir, flags)}
+        aug = {} if args.pos_aug is None else {"pos_aug": flags[flags.index("--pos-aug") + 1]}
+        return {"spec": spec, "pos": pos, "stem": stem, "seed": seed, **aug, **train_run(run_dir, flags)}
 
     with ThreadPoolExecutor(args.jobs) as pool:
         for run in pool.map(train, jobs):

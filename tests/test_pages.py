@@ -12,7 +12,7 @@ from helpers import ROOT
 import vitpos
 from benchmarks import stats
 from benchmarks.pages import __main__ as pages
-from benchmarks.pages import frontier, protocol, summary
+from benchmarks.pages import augmentation, frontier, protocol, summary
 
 SEEDS = [0, 1, 2]
 # test top-1 per (scheme, method, regime, size) and seed
@@ -264,3 +264,25 @@ def test_frontier_page_holds_the_fire_claim_at_the_largest_factor_and_finds_shar
     data["records"] = [r for r in data["records"] if r["seed"] == 0]  # one seed: no verdict
     page = frontier.render(data, tmp_path)
     assert "No pair has two shared seeds yet." in page and "no factor above 1x has two seeds" in page
+
+
+def test_augmentation_page_pairs_each_scheme_with_its_runs_without_augmentation_seed_for_seed(tmp_path):
+    plain = study_json()
+    aug = study_json() | {"pos_aug": "shift=0.1", "command": "python -m benchmarks.study --pos-aug shift=0.1"}
+    aug["records"] = [r | {"top1": r["top1"] + 0.05 * (r["seed"] + 1)} if r["scheme"] == "rope2d" else r
+                      for r in aug["records"]]  # fmt: skip
+    front = {"budget": {"img_size": 32}, "choices": {"fire:patch": {"method": "progressive"}},
+             "runs": [{"spec": "fire:patch", "seed": k, "run": f"f{k}"} for k in SEEDS],
+             "records": [{"scheme": "fire", "stem": "patch", "method": "progressive", "regime": "zoom",
+                          "resolution": 32, "split": "test", "seed": k, "top1": 0.5} for k in SEEDS]}  # fmt: skip
+    aug["runs"] += [{"spec": "fire:patch", "seed": k, "run": f"fa{k}"} for k in SEEDS]
+    aug["choices"]["fire:patch"] = {"method": "progressive"}
+    aug["records"] += [r | {"top1": 0.6} for r in front["records"]]
+    page = augmentation.render(aug, tmp_path, plain, front)
+    rows = {ln.split(" |")[0]: ln for ln in page.split("## With minus without")[1].splitlines() if ln.startswith("| `")}
+    assert rows["| `rope2d`"].split(" | ")[1] == "+10.0 [-2.4, +22.4]"  # 1x: +5, +10, +15 points over seeds
+    assert rows["| `learned`"].split(" | ")[1] == "+0.0 [+0.0, +0.0]"
+    assert rows["| `fire`"].split(" | ")[1] == "+10.0 [+10.0, +10.0] *"  # the baseline from the frontier's record
+    assert "trained with `--pos-aug shift=0.1`" in page
+    page = augmentation.render(aug, tmp_path)
+    assert "No scheme has two seeds both with and without augmentation yet." in page

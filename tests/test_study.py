@@ -201,6 +201,33 @@ def test_far_sizes_are_tested_once_after_the_choice_with_the_chosen_method_only(
     assert cells.values("rope2d:patch", ("zoom", 4.0)) == {0: 0.3} == cells.values("rope2d:patch", ("canvas", 4.0))
 
 
+def test_a_study_with_position_augmentation_trains_runs_of_their_own_and_records_it(tmp_path, monkeypatch, capsys):
+    from benchmarks import common
+
+    monkeypatch.setattr(study, "ROOT", tmp_path)
+    monkeypatch.setattr(common, "ROOT", tmp_path)
+    trained = {}
+
+    def train_run(rd, flags, retrain=False):
+        trained[rd.name] = flags
+        return {"run": str(rd.relative_to(tmp_path))}
+
+    monkeypatch.setattr(study, "train_run", train_run)
+    out = tmp_path / "aug.json"
+    argv = ["--runs", "rope2d:patch", "learned:patch", "--seeds", "0", "--out", "runs", "--json", str(out),
+            "--pos-aug", "rescale=2, shift=0.1", "--far", "--no-controls"]  # fmt: skip
+    assert study.main(argv) == 0
+    assert set(trained) == {"rope2d-patch-aug-shift0.1-rescale2-seed0",
+                            "learned-patch-lr30-wd0.3-start-ramp5-aug-shift0.1-rescale2-seed0"}  # fmt: skip
+    assert all(f[f.index("--pos-aug") + 1] == "shift=0.1,rescale=2" for f in trained.values())  # one text form
+    data = json.loads(out.read_text())
+    assert data["pos_aug"] == "rescale=2, shift=0.1" and {r["pos_aug"] for r in data["runs"]} == {"shift=0.1,rescale=2"}
+    for bad, says in (("relbias:patch", "reads no patch coordinates"), ("rope2d:patch", "unknown position")):
+        with pytest.raises(SystemExit):
+            study.main(["--runs", bad, "--pos-aug", "spin=1" if says.startswith("unknown") else "shift=0.1"])
+        assert says in capsys.readouterr().err
+
+
 def test_shuffle_row_finds_the_patch_stem_without_position_blind_to_patch_order(tmp_path):
     row = study.shuffle_row(untrained_checkpoint(tmp_path / "none.ckpt", pos="none", images=24))
     assert row["num_images"] == 24  # the whole test split

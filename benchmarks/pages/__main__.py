@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.pages import (
+    augmentation,
     data,
     diagnostics,
     export,
@@ -64,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     if front is not None:
         (folder / "frontier.md").write_text(frontier.render(front, folder, study, read(folder / "cost.json")))
         print(f"wrote {folder / 'frontier.md'}")
+    aug = read(folder / "augmentation.json")
+    if aug is not None:
+        (folder / "augmentation.md").write_text(augmentation.render(aug, folder, study, front))
+        print(f"wrote {folder / 'augmentation.md'}")
     if study is not None:
         page, block = summary.render(study, folder, read(folder / "results.json"), read(folder / "cost.json"))
         (folder / "summary.md").write_text(page)
