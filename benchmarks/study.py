@@ -66,6 +66,10 @@ FAR = ["128"]
 CONTROLS = {"scene": {"pool": "scene"}, "logn": {"logit_scaling": "logn"}, "offgrid": {"shift": "half-patch"}}
 
 
+def spec_of(record: dict) -> str:
+    return f"{record['scheme']}:{record['stem']}"
+
+
 def check_pos_aug(p: argparse.ArgumentParser, aug: str, specs: list[str]) -> None:
     """A position augmentation that parses and that every run's scheme can take, or the parser's one-line error."""
     from vitpos import create_model
@@ -252,6 +256,14 @@ def main(argv: list[str] | None = None) -> int:
             records[:] = [r for r in records if not (r["checkpoint"] == str(ckpt) and r.get("sweep") == sweep)]
             records += [r | stamp | {"sweep": sweep, "seed": run["seed"], "run": run["run"]} for r in fresh]
             save()
+
+    # the records of an earlier choice's method (controls, far sizes) go: a page reads the current choice only
+    stale = [
+        r for r in records if r.get("sweep", {}).get("method") not in (None, choices.get(spec_of(r), {}).get("method"))
+    ]
+    if stale:
+        records[:] = [r for r in records if r not in stale]
+        save()
 
     # 5. the canvas controls, above the training size, with each scheme's chosen method
     above = [s for s in args.sizes if int(s) > cfg.model.img_size]

@@ -168,7 +168,14 @@ def test_study_sweeps_the_canvas_controls_with_the_chosen_method_above_the_train
     assert all(c[:4] == ("test", ("64",), ["interpolate"], ("canvas",)) for c in controls)
     data = json.loads(out.read_text())
     assert {r.get("control") for r in data["records"]} == {None, "scene", "logn", "offgrid"}
-    assert study.main(argv) == 0 and len(seen) == 5 and entropies == ["interpolate"]  # nothing swept twice
+    earlier = data["records"][-1] | {
+        "method": "extrapolate",
+        "sweep": data["records"][-1]["sweep"] | {"method": "extrapolate"},
+    }
+    out.write_text(json.dumps(data | {"records": data["records"] + [earlier]}))  # a control of an earlier choice
+    assert study.main(argv) == 0 and len(seen) == 5
+    assert all(r["method"] == "interpolate" for r in json.loads(out.read_text())["records"] if r.get("control"))
+    assert entropies == ["interpolate"]  # nothing swept twice
     assert json.loads(out.read_text())["entropy"][0]["spec"] == "rope2d:patch"
 
 

@@ -70,6 +70,8 @@ class Study:
                 continue
             if r.get("control"):
                 spec = f"{r['scheme']}:{r['stem']}"
+                if r["method"] != self.choices.get(spec, {}).get("method"):
+                    continue  # a control of an earlier choice
                 self.controls[(spec, r["control"], r["resolution"] / self.train)][r["seed"]] = r["top1"]
                 continue
             spec = f"{r['scheme']}:{r['stem']}"
