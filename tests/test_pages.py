@@ -81,7 +81,11 @@ def test_summary_page_has_its_table_figure_and_missing_columns(tmp_path):
     assert len(rows) == 2 and len(rows[0].split("|")) == len(summary.COLUMNS) + 4  # + scheme, method, two edges
     assert block.splitlines()[0].startswith("| scheme | 1x | method (val) | zoom 2x | zoom 4x | canvas 2x")
     assert "commit abc" in page
-    page, _ = summary.render(study_json() | {"far": ["128"]}, tmp_path)  # 4x swept apart, with the chosen method
+    data = study_json() | {"far": ["128"]}  # 4x swept apart, with the chosen method
+    page, _ = summary.render(data, tmp_path)
+    assert "Columns not swept yet: zoom 0.75x, zoom 1.5x, zoom 4x, canvas 1.5x, canvas 4x." in page  # none yet
+    data["records"] += [r | {"resolution": 128} for r in data["records"] if r["resolution"] == 64]
+    page, _ = summary.render(data, tmp_path)
     assert "Columns not swept yet: zoom 0.75x, zoom 1.5x, canvas 1.5x." in page
     assert "Sizes swept: 32, 64 px; 128 px on test with the chosen method only." in page
 

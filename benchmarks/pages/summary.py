@@ -315,8 +315,7 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
     reruns' table; ``cost``, docs/cost.json, for the cost column); the figure is written beside the page."""
     study = Study(data, cost)
     plot(study, folder / "summary.png")
-    sizes = {int(s) for s in data.get("sizes", []) + data.get("far", [])}
-    missing = [head(*c) for c in COLUMNS if round(c[1] * study.train) not in sizes]
+    missing = [head(*c) for c in COLUMNS if not any(study.values(s, c) for s in study.specs)]
     page = fill(
         "summary.md",
         command=data["command"],
