@@ -91,17 +91,22 @@ def code_version() -> str:
     return (head or "unknown") + ("+dirty" if dirty else "")
 
 
+# The code this process imported, which is what its in-process measurements ran: a commit made while a long study
+# runs must not relabel the records it goes on to write (a training runs in a subprocess and is labelled apart).
+LOADED_VERSION = code_version()
+
+
 def provenance(checkpoint: str | Path | None = None, hardware: str | None = None) -> dict[str, str]:
     """What a record names of where and how it was made: ``hardware`` (devices x processor, as a run's
-    results.json states it), ``device`` (cpu or cuda), ``commit``, ``torch`` and, for a record of a checkpoint, its
-    ``ckpt_sha256``."""
+    results.json states it), ``device`` (cpu or cuda), ``commit`` (the code this process imported), ``torch`` and,
+    for a record of a checkpoint, its ``ckpt_sha256``."""
     import torch
 
     from vitpos.training import cpu_name
 
     cuda = torch.cuda.is_available()
     out = {"hardware": hardware or f"1 x {torch.cuda.get_device_name() if cuda else cpu_name()}",
-           "device": "cuda" if cuda else "cpu", "commit": code_version(), "torch": torch.__version__}  # fmt: skip
+           "device": "cuda" if cuda else "cpu", "commit": LOADED_VERSION, "torch": torch.__version__}  # fmt: skip
     if checkpoint is not None:
         out["ckpt_sha256"] = fingerprint(checkpoint)
     return out

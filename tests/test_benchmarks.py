@@ -710,3 +710,10 @@ def test_a_record_interrupted_while_written_leaves_the_last_one_whole(tmp_path, 
         bench_common.write_record(out, "study.py", [], records=[1, 2])
     monkeypatch.undo()
     assert json.loads(out.read_text())["records"] == [1]
+
+
+def test_records_name_the_code_the_process_imported_not_a_commit_made_while_it_runs(monkeypatch):
+    from benchmarks import common as bench_common
+
+    monkeypatch.setattr(bench_common, "code_version", lambda: "a-later-commit")  # HEAD moved during a long study
+    assert bench_common.provenance()["commit"] == bench_common.LOADED_VERSION != "a-later-commit"
