@@ -54,6 +54,7 @@ from benchmarks.common import (
 )
 from benchmarks.rules import pos_rule_of
 from vitpos.config import Config
+from vitpos.pos.base import PosAug
 
 SIZES = ["24", "32", "48", "64"]
 FAR = ["128"]
@@ -73,7 +74,6 @@ def spec_of(record: dict) -> str:
 def check_pos_aug(p: argparse.ArgumentParser, aug: str, specs: list[str]) -> None:
     """A position augmentation that parses and that every run's scheme can take, or the parser's one-line error."""
     from vitpos import create_model
-    from vitpos.pos.base import PosAug
 
     try:
         parsed = PosAug.parse(aug)
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         run_dir, flags = study_run(out, pos, stem, seed, rule, {}, has_pos_params(spec), args.pos_aug)
         if args.no_train and not (run_dir / "results.json").is_file():
             return None
-        aug = {} if args.pos_aug is None else {"pos_aug": flags[flags.index("--pos-aug") + 1]}
+        aug = {} if args.pos_aug is None else {"pos_aug": str(PosAug.parse(args.pos_aug))}
         return {"spec": spec, "pos": pos, "stem": stem, "seed": seed, **aug, **train_run(run_dir, flags)}
 
     with ThreadPoolExecutor(args.jobs) as pool:
@@ -236,6 +236,18 @@ def main(argv: list[str] | None = None) -> int:
             if run is not None:
                 runs[run["run"]] = run
     save()
+
+    def record(run: dict, ckpt: Path, sha: str, sweep: dict, expected: int, *how, extra: dict | None = None,
+               **control: str) -> None:  # fmt: skip
+        """``sweep_checkpoint(ckpt, *how, **control)``'s records under ``sweep``, unless that sweep of this checkpoint
+        is recorded; they replace its earlier records of the same sweep, stamped with where they were made."""
+        if any(r.get("ckpt_sha256") == sha and r.get("sweep") == sweep for r in records):
+            return
+        stamp = provenance() | {"ckpt_sha256": sha, "train_commit": run.get("commit"), **(extra or {})}
+        fresh = complete(sweep_checkpoint(ckpt, *how, **control), expected, ckpt)
+        records[:] = [r for r in records if not (r["checkpoint"] == str(ckpt) and r.get("sweep") == sweep)]
+        records.extend(r | stamp | {"sweep": sweep, "seed": run["seed"], "run": run["run"]} for r in fresh)
+        save()
 
     # 2-4. validation sweep, choice, test sweep; each checkpoint once per (sha, split, sizes, limit)
     for split, limit in (("val", args.val_limit), ("test", None)):
@@ -246,16 +258,9 @@ def main(argv: list[str] | None = None) -> int:
             ckpt = ROOT / run["run"] / "checkpoints" / "last.ckpt"
             if not ckpt.is_file():
                 continue
-            sha = fingerprint(ckpt)
-            sweep = {"split": split, "sizes": args.sizes, "limit": limit}
-            if any(r.get("ckpt_sha256") == sha and r.get("sweep") == sweep for r in records):
-                continue
-            stamp = provenance() | {"ckpt_sha256": sha, "train_commit": run.get("commit")}
             size = cfg.data.val_size if split == "val" else cfg.data.test_size
-            fresh = complete(sweep_checkpoint(ckpt, split, args.sizes, limit), min(limit or size, size), ckpt)
-            records[:] = [r for r in records if not (r["checkpoint"] == str(ckpt) and r.get("sweep") == sweep)]
-            records += [r | stamp | {"sweep": sweep, "seed": run["seed"], "run": run["run"]} for r in fresh]
-            save()
+            record(run, ckpt, fingerprint(ckpt), {"split": split, "sizes": args.sizes, "limit": limit},
+                   min(limit or size, size), split, args.sizes, limit)  # fmt: skip
 
     # the records of an earlier choice's method (controls, far sizes) go: a page reads the current choice only
     stale = [
@@ -275,15 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         sha = fingerprint(ckpt)
         for name, control in CONTROLS.items():
             sweep = {"split": "test", "sizes": above, "limit": None, "control": name, "method": method}
-            if any(r.get("ckpt_sha256") == sha and r.get("sweep") == sweep for r in records):
-                continue
-            stamp = provenance() | {"ckpt_sha256": sha, "train_commit": run.get("commit"), "control": name}
-            fresh = complete(
-                sweep_checkpoint(ckpt, "test", above, None, [method], ("canvas",), **control), cfg.data.test_size, ckpt
-            )
-            records[:] = [r for r in records if not (r["checkpoint"] == str(ckpt) and r.get("sweep") == sweep)]
-            records += [r | stamp | {"sweep": sweep, "seed": run["seed"], "run": run["run"]} for r in fresh]
-            save()
+            record(run, ckpt, sha, sweep, cfg.data.test_size, "test", above, None, [method], ("canvas",),
+                   extra={"control": name}, **control)  # fmt: skip
 
     # 6. the far sizes: test, the chosen method only
     for run in runs.values() if args.far else ():
@@ -291,15 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         method = choices.get(run["spec"], {}).get("method")
         if not ckpt.is_file() or method is None:
             continue
-        sha = fingerprint(ckpt)
         sweep = {"split": "test", "sizes": args.far, "limit": None, "method": method}
-        if any(r.get("ckpt_sha256") == sha and r.get("sweep") == sweep for r in records):
-            continue
-        stamp = provenance() | {"ckpt_sha256": sha, "train_commit": run.get("commit")}
-        fresh = complete(sweep_checkpoint(ckpt, "test", args.far, None, [method]), cfg.data.test_size, ckpt)
-        records[:] = [r for r in records if not (r["checkpoint"] == str(ckpt) and r.get("sweep") == sweep)]
-        records += [r | stamp | {"sweep": sweep, "seed": run["seed"], "run": run["run"]} for r in fresh]
-        save()
+        record(run, ckpt, fingerprint(ckpt), sweep, cfg.data.test_size, "test", args.far, None, [method])
 
     # 7. attention entropy at each size and regime, with each scheme's chosen method
     for run in runs.values():
