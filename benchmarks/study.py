@@ -22,6 +22,10 @@ The protocol, frozen before test is read:
    attention stays focused as the grid grows, the explanation the FIRE extrapolation study gives.
 8. Patch-shuffle test at the training size (the whole test split, one fixed permutation of the patches;
    vitpos.diagnose): whether a model is blind to patch order, which is what the bag-of-patches ceiling assumes.
+9. Fine-tuned (``--finetune``, 64 px = 2x by default): each run trained one more epoch at that size from its last
+   checkpoint (``train.py --init-from``; the scheme's default method carries the position to the new grid), then
+   tested there on the whole test split. The fine-tuning recipe (FINETUNE: a quarter of the learning rate, a short
+   warmup) is Swin v2's, fixed beforehand and not tuned on any split.
 
 A checkpoint keeps its records while its SHA-256 and the sweep's arguments are unchanged: an interrupted study goes
 on where it stopped, and only new or retrained runs are evaluated. Every run and record names its provenance
@@ -58,6 +62,10 @@ from vitpos.pos.base import PosAug
 
 SIZES = ["24", "32", "48", "64"]
 FAR = ["128"]
+FINETUNE_SIZES = ["64"]
+# one epoch at a quarter of the 32 px runs' peak learning rate, as Swin v2 fine-tunes at a larger size
+FINETUNE = ["--epochs", "1", "--lr", "0.00025", "--warmup-epochs", "0.1"]
+FINETUNE_SLUG = "e{}-lr{}-w{}".format(*FINETUNE[1::2])  # a fine-tuning run's folder names its recipe
 
 
 # The canvas controls, each on the test split with the scheme's chosen method: what the canvas changes besides
@@ -181,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", nargs="+", default=SIZES, help="test sizes (px); the canvas regime uses those >= 32")
     p.add_argument("--far", nargs="*", default=FAR,
                    help="sizes (px) tested with the chosen method only, after the choice (none: skip)")  # fmt: skip
+    p.add_argument("--finetune", nargs="*", default=FINETUNE_SIZES,
+                   help="sizes (px) each run is fine-tuned at for one epoch, then tested (none: skip)")  # fmt: skip
     p.add_argument("--val-limit", type=int, default=1000, help="validation images per cell for the choice")
     p.add_argument("--out", default="runs/bench-shapes", help="folder of the training runs")
     p.add_argument("--json", default=str(ROOT / "docs" / "study.json"))
@@ -206,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     records: list[dict] = earlier.get("records", [])
     entropy: list[dict] = earlier.get("entropy", [])
     shuffle: list[dict] = earlier.get("shuffle", [])
+    finetuned: list[dict] = earlier.get("finetuned", [])
     runs: dict[str, dict] = {r["run"]: r for r in earlier.get("runs", [])}
     budget = study_budget(cfg, train_size=cfg.data.train_size, val_size=cfg.data.val_size,
                           test_size=cfg.data.test_size, **{f"rule_{k}": v for k, v in rule.items()})  # fmt: skip
@@ -214,8 +225,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def save() -> None:
         write_record(path, "study.py", argv, budget=budget, specs=args.runs, seeds=args.seeds, sizes=args.sizes,
-                     pos_aug=args.pos_aug, far=args.far, val_limit=args.val_limit, runs=list(runs.values()),
-                     choices=choices, records=records, entropy=entropy, shuffle=shuffle)  # fmt: skip
+                     pos_aug=args.pos_aug, far=args.far, finetune=args.finetune, finetune_recipe=FINETUNE,
+                     val_limit=args.val_limit, runs=list(runs.values()), choices=choices, records=records,
+                     entropy=entropy, shuffle=shuffle, finetuned=finetuned)  # fmt: skip
 
     # 1. the runs, seed by seed, so that a study cut short has every scheme at the seeds it reached
     jobs = [(spec, seed) for seed in args.seeds for spec in args.runs]
@@ -299,13 +311,13 @@ def main(argv: list[str] | None = None) -> int:
         if not ckpt.is_file() or method is None:
             continue
         sha = fingerprint(ckpt)
-        key = {"sizes": args.sizes, "method": method}
+        key = {"sizes": args.sizes + list(args.far), "method": method}
         if any(e.get("ckpt_sha256") == sha and e.get("sweep") == key for e in entropy):
             continue
         stamp = provenance() | {"ckpt_sha256": sha, "train_commit": run.get("commit"), "sweep": key,
                                 "spec": run["spec"], "seed": run["seed"], "run": run["run"]}  # fmt: skip
         entropy[:] = [e for e in entropy if e["run"] != run["run"]] + [
-            row | stamp for row in entropy_rows(ckpt, method, args.sizes)]  # fmt: skip
+            row | stamp for row in entropy_rows(ckpt, method, key["sizes"])]  # fmt: skip
         save()
 
     # 8. the patch-shuffle test at the training size
@@ -320,6 +332,28 @@ def main(argv: list[str] | None = None) -> int:
                                 "seed": run["seed"], "run": run["run"]}  # fmt: skip
         shuffle[:] = [e for e in shuffle if e["run"] != run["run"]] + [shuffle_row(ckpt) | stamp]
         save()
+
+    # 9. fine-tuned at each --finetune size, seed by seed, then tested there (train.py's own test)
+    def finetune(job: tuple[dict, str]) -> dict | None:
+        run, size = job
+        ckpt = ROOT / run["run"] / "checkpoints" / "last.ckpt"
+        if not ckpt.is_file():
+            return None
+        sha = fingerprint(ckpt)
+        if any(f["from_sha256"] == sha and f["size"] == int(size) and f["recipe"] == FINETUNE for f in finetuned):
+            return None
+        flags = ["--init-from", str(ckpt), "--img-size", size, "--seed", str(run["seed"]), *FINETUNE]
+        res = train_run(out / "finetune" / f"{Path(run['run']).name}-ft{size}-{FINETUNE_SLUG}", flags)
+        made = {k: res[k] for k in ("hardware", "device", "commit", "torch", "ckpt_sha256") if k in res}
+        return {"spec": run["spec"], "seed": run["seed"], "run": run["run"], "size": int(size), "recipe": FINETUNE,
+                "from_sha256": sha, "top1": res["test_top1"], "finetune_run": res["run"], **made}  # fmt: skip
+
+    order = sorted(runs.values(), key=lambda r: (r["seed"], r["spec"]))
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for row in pool.map(finetune, [(run, size) for run in order for size in args.finetune]):
+            if row is not None:
+                finetuned[:] = [f for f in finetuned if (f["run"], f["size"]) != (row["run"], row["size"])] + [row]
+                save()
     return 0
 
 

@@ -76,18 +76,43 @@ def test_guide_lines_carry_the_paired_holm_corrected_difference():
 def test_summary_page_has_its_table_figure_and_missing_columns(tmp_path):
     page, block = summary.render(study_json(), tmp_path)
     assert (tmp_path / "summary.png").stat().st_size > 0
-    assert "Columns not swept yet: zoom 0.75x, zoom 1.5x, zoom 4x, canvas 1.5x, canvas 4x." in page
+    assert "Columns not swept yet: zoom 0.75x, zoom 1.5x, zoom 4x, canvas 1.5x, canvas 4x, fine-tuned 2x." in page
     rows = [ln for ln in page.splitlines() if ln.startswith("| `")]
     assert len(rows) == 2 and len(rows[0].split("|")) == len(summary.COLUMNS) + 4  # + scheme, method, two edges
     assert block.splitlines()[0].startswith("| scheme | 1x | method (val) | zoom 2x | zoom 4x | canvas 2x")
     assert "commit abc" in page
     data = study_json() | {"far": ["128"]}  # 4x swept apart, with the chosen method
     page, _ = summary.render(data, tmp_path)
-    assert "Columns not swept yet: zoom 0.75x, zoom 1.5x, zoom 4x, canvas 1.5x, canvas 4x." in page  # none yet
+    assert "Columns not swept yet: zoom 0.75x, zoom 1.5x, zoom 4x, canvas 1.5x, canvas 4x, fine-tuned 2x." in page
     data["records"] += [r | {"resolution": 128} for r in data["records"] if r["resolution"] == 64]
     page, _ = summary.render(data, tmp_path)
-    assert "Columns not swept yet: zoom 0.75x, zoom 1.5x, canvas 1.5x." in page
+    assert "Columns not swept yet: zoom 0.75x, zoom 1.5x, canvas 1.5x, fine-tuned 2x." in page
     assert "Sizes swept: 32, 64 px; 128 px on test with the chosen method only." in page
+
+
+def test_the_fine_tuned_column_and_guide_line_read_the_fine_tuned_runs_only(tmp_path):
+    data = study_json() | {"finetune": ["64"], "finetune_recipe": ["--epochs", "1"]}
+    data["finetuned"] = [{"spec": f"{s}:patch", "seed": k, "size": 64, "top1": v}
+                         for s, vals in (("rope2d", [0.90, 0.92, 0.94]), ("learned", [0.80, 0.81, 0.83]))
+                         for k, v in zip(SEEDS, vals, strict=True)]  # fmt: skip
+    s = summary.Study(data)
+    assert s.values("rope2d:patch", ("finetune", 2.0)) == {0: 0.90, 1: 0.92, 2: 0.94}
+    assert s.values("rope2d:patch", ("zoom", 2.0)) == {0: 0.60, 1: 0.70, 2: 0.65}  # the direct cell is untouched
+    assert s.row("rope2d:patch", summary.COLUMNS)[-1].startswith("92.0 ±")
+    line = next(ln for ln in summary.guide(s) if "fine-tuning" in ln)
+    diffs = []
+    for column in [("zoom", 1.0), ("zoom", 2.0), ("canvas", 2.0), ("finetune", 2.0)]:  # the guide's, with data
+        means = {k: sum(v.values()) / 3 for k in s.specs if (v := s.values(k, column))}
+        best, runner = sorted(means, key=lambda k: -means[k])
+        diffs.append(stats.paired(list(s.values(best, column).values()), list(s.values(runner, column).values())))
+    d = stats.holm(diffs)[3]
+    assert line.startswith("- **To serve 2x after one epoch of fine-tuning there**: `rope2d`")
+    assert f"{100 * d.diff:+.1f} [{100 * d.low:+.1f}, {100 * d.high:+.1f}] points over `learned`" in line
+    assert f"Holm p = {d.p_holm:.3g}" in line
+    page, block = summary.render(data, tmp_path)
+    assert "fine-tuned 2x" not in page.split("Columns not swept yet")[-1].split(".")[0]
+    assert "seeds fine-tuned: 0, 1, 2." in page and "--init-from ... --epochs 1" in page
+    assert block.splitlines()[0].endswith("| fine-tuned 2x |")
 
 
 def test_readme_block_is_replaced_between_the_markers_only():

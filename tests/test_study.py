@@ -129,6 +129,7 @@ def test_study_sweeps_each_checkpoint_once_and_chooses_before_test(tmp_path, mon
         "64",
         "--no-controls",
         "--far",
+        "--finetune",
     ]
     assert study.main(argv) == 0
     assert calls == ["val", "test"]
@@ -160,7 +161,7 @@ def test_study_sweeps_the_canvas_controls_with_the_chosen_method_above_the_train
     monkeypatch.setattr(study, "entropy_rows", lambda ckpt, method, sizes: entropies.append(method) or [{}])
     out = tmp_path / "study.json"
     argv = ["--runs", "rope2d:patch", "--seeds", "0", "--out", "runs", "--json", str(out), "--sizes", "32", "64",
-            "--far"]  # fmt: skip
+            "--far", "--finetune"]  # fmt: skip
     assert study.main(argv) == 0
     assert entropies == ["interpolate"]  # the chosen method, once per checkpoint
     controls = seen[2:]
@@ -197,7 +198,7 @@ def test_far_sizes_are_tested_once_after_the_choice_with_the_chosen_method_only(
     monkeypatch.setattr(study, "entropy_rows", lambda ckpt, method, sizes: [{}])
     out = tmp_path / "study.json"
     argv = ["--runs", "rope2d:patch", "--seeds", "0", "--out", "runs", "--json", str(out), "--sizes", "32", "64",
-            "--no-controls", "--far", "128"]  # fmt: skip
+            "--no-controls", "--far", "128", "--finetune"]  # fmt: skip
     assert study.main(argv) == 0
     assert seen[2:] == [("test", ("128",), None, ["interpolate"], ("zoom", "canvas"))]  # whole split, one method
     assert study.main(argv) == 0 and len(seen) == 3  # recorded: not swept again
@@ -206,6 +207,42 @@ def test_far_sizes_are_tested_once_after_the_choice_with_the_chosen_method_only(
     data["runs"] = [{"spec": "rope2d:patch", "seed": 0, "run": "runs/rope2d-patch-seed0"}]
     cells = summary.Study(data)
     assert cells.values("rope2d:patch", ("zoom", 4.0)) == {0: 0.3} == cells.values("rope2d:patch", ("canvas", 4.0))
+
+
+def test_each_run_is_fine_tuned_once_per_checkpoint_from_its_last_checkpoint_and_tested_there(
+    tmp_path, monkeypatch, run_dir
+):
+    trained = []
+
+    def train_run(rd, flags, retrain=False):
+        trained.append((rd, flags))
+        return {"run": str(rd.relative_to(tmp_path)), "test_top1": 0.8, "hardware": "1 x CPU", "commit": "abc",
+                "ckpt_sha256": "f" * 64}  # fmt: skip
+
+    monkeypatch.setattr(study, "train_run", train_run)
+    monkeypatch.setattr(study, "sweep_checkpoint", lambda ckpt, split, *a, **k: swept(ckpt, split))
+    monkeypatch.setattr(study, "entropy_rows", lambda ckpt, method, sizes: [{}])
+    out = tmp_path / "study.json"
+    argv = ["--runs", "rope2d:patch", "--seeds", "0", "--out", "runs", "--json", str(out), "--sizes", "32", "64",
+            "--no-controls", "--far"]  # fmt: skip
+    assert study.main(argv) == 0  # --finetune: 64 px by default
+    (first, _), (folder, flags) = trained  # the run itself, then its fine-tuning
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    assert flags[:6] == ["--init-from", str(ckpt), "--img-size", "64", "--seed", "0"]
+    assert (
+        flags[6:] == study.FINETUNE
+        and folder.parent.name == "finetune"
+        and folder.name.endswith(f"-ft64-{study.FINETUNE_SLUG}")
+    )
+    (row,) = json.loads(out.read_text())["finetuned"]
+    assert row["size"] == 64 and row["top1"] == 0.8 and row["spec"] == "rope2d:patch" and row["seed"] == 0
+    assert row["from_sha256"] == study.fingerprint(ckpt) and row["ckpt_sha256"] == "f" * 64
+    assert json.loads(out.read_text())["finetune_recipe"] == study.FINETUNE
+    assert study.main(argv) == 0 and len(trained) == 3  # the run is looked up again; its fine-tuning is recorded
+    ckpt.write_bytes(b"retrained")
+    assert study.main(argv) == 0 and len(trained) == 5  # a new checkpoint is fine-tuned again and replaces the row
+    (row,) = json.loads(out.read_text())["finetuned"]
+    assert row["from_sha256"] == study.fingerprint(ckpt)
 
 
 def test_a_study_with_position_augmentation_trains_runs_of_their_own_and_records_it(tmp_path, monkeypatch, capsys):
@@ -222,7 +259,7 @@ def test_a_study_with_position_augmentation_trains_runs_of_their_own_and_records
     monkeypatch.setattr(study, "train_run", train_run)
     out = tmp_path / "aug.json"
     argv = ["--runs", "rope2d:patch", "learned:patch", "--seeds", "0", "--out", "runs", "--json", str(out),
-            "--pos-aug", "rescale=2, shift=0.1", "--far", "--no-controls"]  # fmt: skip
+            "--pos-aug", "rescale=2, shift=0.1", "--far", "--no-controls", "--finetune"]  # fmt: skip
     assert study.main(argv) == 0
     assert set(trained) == {"rope2d-patch-aug-shift0.1-rescale2-seed0",
                             "learned-patch-lr30-wd0.3-start-ramp5-aug-shift0.1-rescale2-seed0"}  # fmt: skip

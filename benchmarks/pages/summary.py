@@ -11,10 +11,12 @@ from benchmarks.pages.common import BAG_CEILING, CHANCE, cell, fill, machines, p
 from benchmarks.stats import holm, mean_ci, paired
 
 # the columns: (regime, factor of the training size); 1x is zoom at the training size
+# ("finetune", 2.0): tested at 2x after one epoch of fine-tuning there (the study's step 9)
 COLUMNS = [("zoom", 1.0), ("zoom", 0.75), ("zoom", 1.5), ("zoom", 2.0), ("zoom", 4.0), ("canvas", 1.5),
-           ("canvas", 2.0), ("canvas", 4.0)]  # fmt: skip
-README_COLUMNS = [("zoom", 1.0), ("zoom", 2.0), ("zoom", 4.0), ("canvas", 2.0), ("canvas", 4.0)]
-GUIDE = [("zoom", 1.0), ("zoom", 1.5), ("zoom", 2.0), ("zoom", 4.0), ("canvas", 2.0), ("canvas", 4.0)]
+           ("canvas", 2.0), ("canvas", 4.0), ("finetune", 2.0)]  # fmt: skip
+README_COLUMNS = [("zoom", 1.0), ("zoom", 2.0), ("zoom", 4.0), ("canvas", 2.0), ("canvas", 4.0), ("finetune", 2.0)]
+GUIDE = [("zoom", 1.0), ("zoom", 1.5), ("zoom", 2.0), ("zoom", 4.0), ("canvas", 2.0), ("canvas", 4.0),
+         ("finetune", 2.0)]  # fmt: skip
 
 
 def label(spec: str) -> str:
@@ -23,6 +25,8 @@ def label(spec: str) -> str:
 
 
 def head(regime: str, factor: float) -> str:
+    if regime == "finetune":
+        return f"fine-tuned {factor:g}x"
     return "1x" if factor == 1.0 else f"{regime} {factor:g}x"
 
 
@@ -79,6 +83,8 @@ class Study:
             self.methods[(spec, r["regime"], r["method"], r["resolution"])][r["seed"]] = r["top1"]
             if factor is not None and spec in self.choices and r["method"] == self.choices[spec]["method"]:
                 self.cells[(spec, r["regime"], factor)][r["seed"]] = r["top1"]
+        for f in data.get("finetuned", []):
+            self.cells[(f["spec"], "finetune", f["size"] / self.train)][f["seed"]] = f["top1"]
         present = {r["spec"] for r in data.get("runs", [])}
         self.specs = [s for s in MAIN_RUNS if s in present] + sorted(present - set(MAIN_RUNS))
 
@@ -123,7 +129,11 @@ def guide(study: Study) -> list[str]:
     diffs = [next(corrected) if d is not None else None for d in diffs]
     lines = []
     for (column, best, runner), d in zip(picks, diffs, strict=True):
-        what = "at the training size" if column[1] == 1.0 else f"to serve {column[1]:g}x ({column[0]}) unchanged"
+        what = (
+            "at the training size" if column[1] == 1.0
+            else f"to serve {column[1]:g}x after one epoch of fine-tuning there" if column[0] == "finetune"
+            else f"to serve {column[1]:g}x ({column[0]}) unchanged"
+        )  # fmt: skip
         method = study.choices.get(best, {}).get("method", "?")
         score = cell(list(study.values(best, column).values()))
         line = f"- **{what.capitalize()}**: {label(best)} with `{method}`, {score} %"
@@ -258,6 +268,10 @@ def plot(study: Study, png: Path) -> None:
                 if pts:
                     colour, width = ("tab:orange", 2.0) if method == chosen else ("0.65", 1.0)
                     ax.plot(*zip(*pts), style, color=colour, linewidth=width, marker="o", markersize=3)
+        tuned = [(factor, sum(v.values()) / len(v)) for (s, g, factor), v in study.cells.items()
+                 if (s, g) == (spec, "finetune") and v]  # fmt: skip
+        if tuned:
+            ax.plot(*zip(*tuned), linestyle="none", marker="*", markersize=9, color="tab:green")
         ax.axhline(CHANCE, color="tab:red", linestyle=":", linewidth=1)
         ax.axhline(BAG_CEILING, color="tab:blue", linestyle="-.", linewidth=1)
         ax.set_title(spec.replace(":patch", "").replace(":conv", " (conv stem)"), fontsize=9)
@@ -272,6 +286,8 @@ def plot(study: Study, png: Path) -> None:
                plt.Line2D([], [], color="0.65", label="the scheme's other methods"),
                plt.Line2D([], [], color="black", linestyle="-", label="zoom"),
                plt.Line2D([], [], color="black", linestyle="--", label="canvas"),
+               plt.Line2D([], [], color="tab:green", linestyle="none", marker="*", markersize=9,
+                          label="fine-tuned there (one epoch)"),
                plt.Line2D([], [], color="tab:red", linestyle=":", label="chance (12.5 %)"),
                plt.Line2D([], [], color="tab:blue", linestyle="-.", label="bag-of-patches ceiling (25 %)")]  # fmt: skip
     for ax in axes[-1]:
@@ -299,10 +315,16 @@ def coverage(study: Study) -> str:
     of = f" of the {len(want)} the study asks for" if want else ""
     far = study.data.get("far")
     far = f"; {', '.join(far)} px on test with the chosen method only" if far else ""
+    tuned = study.data.get("finetune")
+    recipe = " ".join(study.data.get("finetune_recipe", []))
+    tuned = (f" Fine-tuned: one more epoch at {', '.join(tuned)} px from each run's last checkpoint (`train.py "
+             f"--init-from ... {recipe}`), then tested there; seeds fine-tuned: "
+             f"{', '.join(map(str, sorted({f['seed'] for f in study.data.get('finetuned', [])}))) or 'none'}."
+             if tuned else "")  # fmt: skip
     return (
         f"Seeds trained per scheme{of}: {', '.join(parts) or 'none'}; seeds swept on test: "
         f"{', '.join(map(str, sorted(swept))) or 'none'}. Sizes swept: {', '.join(study.data.get('sizes', []))} px"
-        f"{far}."
+        f"{far}.{tuned}"
     )
 
 
