@@ -27,6 +27,11 @@ The protocol, frozen before test is read:
    tested there on the whole test split. The fine-tuning recipe (FINETUNE: a quarter of the learning rate, a short
    warmup) is Swin v2's, fixed beforehand and not tuned on any split.
 
+Another data set and training size: ``--config configs/fashion_mnist_study.yaml --img-size 16 --sizes 12 16 20 24
+28 --far --finetune`` trains on Fashion-MNIST downsampled to 16 px and tests up to its native 28 px, so the larger
+sizes carry real detail (zoom), or the 16 px digit on a larger canvas. ``--rule off`` trains every run without the
+position rule (the ablation). Such a study has its own ``--out`` and ``--json``.
+
 A checkpoint keeps its records while its SHA-256 and the sweep's arguments are unchanged: an interrupted study goes
 on where it stopped, and only new or retrained runs are evaluated. Every run and record names its provenance
 (hardware, device, commit, torch, ckpt_sha256).
@@ -41,6 +46,7 @@ import os
 import sys
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from functools import cache, partial
 from pathlib import Path
 
 from benchmarks.common import (
@@ -56,8 +62,9 @@ from benchmarks.common import (
     train_run,
     write_record,
 )
-from benchmarks.rules import pos_rule_of
+from benchmarks.rules import pos_rule, pos_rule_of
 from vitpos.config import Config
+from vitpos.errors import ConfigError
 from vitpos.pos.base import PosAug
 
 SIZES = ["24", "32", "48", "64"]
@@ -172,6 +179,24 @@ def shuffle_row(ckpt: Path) -> dict:
     return patch_shuffle_test(model.eval(), loader)
 
 
+def data_budget(cfg: Config) -> dict:
+    """What a study's budget names of its data: the generated sizes for `shapes`, the subset and holdout otherwise."""
+    d = cfg.data
+    if d.name == "shapes":
+        return {"train_size": d.train_size, "val_size": d.val_size, "test_size": d.test_size}
+    return {"train_limit": d.train_limit, "holdout_size": d.holdout_size}
+
+
+def split_size(cfg: Config, split: str) -> int:
+    """The images of ``split`` of ``cfg``'s data set: the generated size for `shapes`, counted otherwise."""
+    if cfg.data.name == "shapes":
+        return cfg.data.val_size if split == "val" else cfg.data.test_size
+    from vitpos.data import build_datamodule
+
+    dm = build_datamodule(cfg.data, img_size=cfg.model.img_size, seed=cfg.trainer.seed)
+    return len(dm.eval_dataset(cfg.model.img_size, split))
+
+
 def complete(fresh: list[dict], expected: int, where: Path) -> list[dict]:
     """The records that counted every image they were asked to (a run stopped early, by a signal say, counts
     fewer); those that did not are reported and left out, so the next pass sweeps them again."""
@@ -185,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", nargs="+", default=MAIN_RUNS, metavar="POS:STEM")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4],
+                   help="the seeds trained and fine-tuned (every recorded run is swept)")  # fmt: skip
     p.add_argument("--sizes", nargs="+", default=SIZES, help="test sizes (px); the canvas regime uses those >= 32")
     p.add_argument("--far", nargs="*", default=FAR,
                    help="sizes (px) tested with the chosen method only, after the choice (none: skip)")  # fmt: skip
@@ -202,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
         help="train every run with this position augmentation (train.py's "
         "--pos-aug, e.g. shift=0.1,jitter=1.2,rescale=2); its runs' folders name it: use its own --json",
     )
+    p.add_argument("--config", help="the training config of every run (configs/*.yaml; default: train.py's)")
+    p.add_argument("--img-size", type=int, help="the training size (px; default: the config's)")
+    p.add_argument("--rule", choices=("default", "off"), default="default",
+                   help="the position rule of runs with position parameters: the default, or none")  # fmt: skip
     p.add_argument("--controls", action=argparse.BooleanOptionalAction, default=True,
                    help="sweep the canvas controls (scene pooling, log-n scaling, off the patch grid)")  # fmt: skip
     args = p.parse_args(argv)
@@ -209,8 +239,19 @@ def main(argv: list[str] | None = None) -> int:
     run_specs(p, args.runs)
     if args.pos_aug is not None:
         check_pos_aug(p, args.pos_aug, args.runs)
-    cfg, out = Config(), ROOT / args.out
-    rule = pos_rule_of(vars(cfg.optim))
+    try:
+        cfg = Config.from_yaml(ROOT / args.config) if args.config else Config()
+    except ConfigError as e:
+        p.error(str(e))
+    if args.img_size is not None:
+        if args.img_size <= 0 or args.img_size % cfg.model.patch_size:
+            p.error(f"--img-size {args.img_size} is not a positive multiple of the patch size {cfg.model.patch_size}")
+        cfg.model.img_size = args.img_size
+    # every run's data and training size; a fine-tuning run sets its own size
+    data_flags = ["--config", args.config] if args.config else []
+    size_flags = ["--img-size", str(args.img_size)] if args.img_size is not None else []
+    out = ROOT / args.out
+    rule = pos_rule_of(vars(cfg.optim)) if args.rule == "default" else pos_rule(1.0)
     path = Path(args.json)
     earlier = json.loads(path.read_text()) if path.is_file() else {}
     records: list[dict] = earlier.get("records", [])
@@ -218,8 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     shuffle: list[dict] = earlier.get("shuffle", [])
     finetuned: list[dict] = earlier.get("finetuned", [])
     runs: dict[str, dict] = {r["run"]: r for r in earlier.get("runs", [])}
-    budget = study_budget(cfg, train_size=cfg.data.train_size, val_size=cfg.data.val_size,
-                          test_size=cfg.data.test_size, **{f"rule_{k}": v for k, v in rule.items()})  # fmt: skip
+    images = cache(partial(split_size, cfg))  # read once, when a sweep first needs it
+    budget = study_budget(cfg, data=cfg.data.name, config=args.config, **data_budget(cfg),
+                          **{f"rule_{k}": v for k, v in rule.items()})  # fmt: skip
 
     choices: dict = earlier.get("choices", {})
 
@@ -241,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_train and not (run_dir / "results.json").is_file():
             return None
         aug = {} if args.pos_aug is None else {"pos_aug": str(PosAug.parse(args.pos_aug))}
-        return {"spec": spec, "pos": pos, "stem": stem, "seed": seed, **aug, **train_run(run_dir, flags)}
+        return {"spec": spec, "pos": pos, "stem": stem, "seed": seed, **aug,
+                **train_run(run_dir, [*data_flags, *size_flags, *flags])}  # fmt: skip
 
     with ThreadPoolExecutor(args.jobs) as pool:
         for run in pool.map(train, jobs):
@@ -249,14 +292,16 @@ def main(argv: list[str] | None = None) -> int:
                 runs[run["run"]] = run
     save()
 
-    def record(run: dict, ckpt: Path, sha: str, sweep: dict, expected: int, *how, extra: dict | None = None,
+    def record(run: dict, ckpt: Path, sha: str, sweep: dict, *how, extra: dict | None = None,
                **control: str) -> None:  # fmt: skip
         """``sweep_checkpoint(ckpt, *how, **control)``'s records under ``sweep``, unless that sweep of this checkpoint
-        is recorded; they replace its earlier records of the same sweep, stamped with where they were made."""
+        is recorded; they replace its earlier records of the same sweep, stamped with where they were made. Each cell
+        must count the sweep's limit of images, or its whole split."""
         if any(r.get("ckpt_sha256") == sha and r.get("sweep") == sweep for r in records):
             return
         stamp = provenance() | {"ckpt_sha256": sha, "train_commit": run.get("commit"), **(extra or {})}
-        fresh = complete(sweep_checkpoint(ckpt, *how, **control), expected, ckpt)
+        n = images(sweep["split"])
+        fresh = complete(sweep_checkpoint(ckpt, *how, **control), min(sweep["limit"] or n, n), ckpt)
         records[:] = [r for r in records if not (r["checkpoint"] == str(ckpt) and r.get("sweep") == sweep)]
         records.extend(r | stamp | {"sweep": sweep, "seed": run["seed"], "run": run["run"]} for r in fresh)
         save()
@@ -270,9 +315,8 @@ def main(argv: list[str] | None = None) -> int:
             ckpt = ROOT / run["run"] / "checkpoints" / "last.ckpt"
             if not ckpt.is_file():
                 continue
-            size = cfg.data.val_size if split == "val" else cfg.data.test_size
-            record(run, ckpt, fingerprint(ckpt), {"split": split, "sizes": args.sizes, "limit": limit},
-                   min(limit or size, size), split, args.sizes, limit)  # fmt: skip
+            sweep = {"split": split, "sizes": args.sizes, "limit": limit}
+            record(run, ckpt, fingerprint(ckpt), sweep, split, args.sizes, limit)
 
     # the records of an earlier choice's method (controls, far sizes) go: a page reads the current choice only
     stale = [
@@ -292,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         sha = fingerprint(ckpt)
         for name, control in CONTROLS.items():
             sweep = {"split": "test", "sizes": above, "limit": None, "control": name, "method": method}
-            record(run, ckpt, sha, sweep, cfg.data.test_size, "test", above, None, [method], ("canvas",),
+            record(run, ckpt, sha, sweep, "test", above, None, [method], ("canvas",),
                    extra={"control": name}, **control)  # fmt: skip
 
     # 6. the far sizes: test, the chosen method only
@@ -302,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         if not ckpt.is_file() or method is None:
             continue
         sweep = {"split": "test", "sizes": args.far, "limit": None, "method": method}
-        record(run, ckpt, fingerprint(ckpt), sweep, cfg.data.test_size, "test", args.far, None, [method])
+        record(run, ckpt, fingerprint(ckpt), sweep, "test", args.far, None, [method])
 
     # 7. attention entropy at each size and regime, with each scheme's chosen method
     for run in runs.values():
@@ -342,13 +386,14 @@ def main(argv: list[str] | None = None) -> int:
         sha = fingerprint(ckpt)
         if any(f["from_sha256"] == sha and f["size"] == int(size) and f["recipe"] == FINETUNE for f in finetuned):
             return None
-        flags = ["--init-from", str(ckpt), "--img-size", size, "--seed", str(run["seed"]), *FINETUNE]
+        flags = [*data_flags, "--init-from", str(ckpt), "--img-size", size, "--seed", str(run["seed"]), *FINETUNE]
         res = train_run(out / "finetune" / f"{Path(run['run']).name}-ft{size}-{FINETUNE_SLUG}", flags)
         made = {k: res[k] for k in ("hardware", "device", "commit", "torch", "ckpt_sha256") if k in res}
         return {"spec": run["spec"], "seed": run["seed"], "run": run["run"], "size": int(size), "recipe": FINETUNE,
                 "from_sha256": sha, "top1": res["test_top1"], "finetune_run": res["run"], **made}  # fmt: skip
 
-    order = sorted(runs.values(), key=lambda r: (r["seed"], r["spec"]))
+    # fine-tuning is training: the runs of --seeds, as step 1 trains them
+    order = sorted((r for r in runs.values() if r["seed"] in args.seeds), key=lambda r: (r["seed"], r["spec"]))
     with ThreadPoolExecutor(args.jobs) as pool:
         for row in pool.map(finetune, [(run, size) for run in order for size in args.finetune]):
             if row is not None:

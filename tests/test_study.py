@@ -243,6 +243,59 @@ def test_each_run_is_fine_tuned_once_per_checkpoint_from_its_last_checkpoint_and
     assert study.main(argv) == 0 and len(trained) == 5  # a new checkpoint is fine-tuned again and replaces the row
     (row,) = json.loads(out.read_text())["finetuned"]
     assert row["from_sha256"] == study.fingerprint(ckpt)
+    ckpt.write_bytes(b"retrained again")
+    assert study.main([*argv, "--seeds", "1"]) == 0  # seed 0 is not among the seeds asked for: not fine-tuned
+    assert [rd.parent.name for rd, _ in trained[5:]] == ["runs"]  # seed 1's run looked up, nothing fine-tuned
+
+
+def test_a_study_on_another_data_set_and_size_trains_tunes_and_chooses_there(tmp_path, monkeypatch, capsys):
+    from benchmarks import common
+
+    monkeypatch.setattr(study, "ROOT", tmp_path)
+    monkeypatch.setattr(common, "ROOT", tmp_path)
+    (tmp_path / "fm.yaml").write_text("data:\n  name: fashion-mnist\n  train_limit: 500\n  holdout_size: 300\n")
+    trained = []
+
+    def train_run(rd, flags, retrain=False):
+        trained.append((rd.name, flags))
+        (rd / "checkpoints").mkdir(parents=True, exist_ok=True)
+        (rd / "checkpoints" / "last.ckpt").write_bytes(rd.name.encode())
+        return {"run": str(rd.relative_to(tmp_path)), "test_top1": 0.7}
+
+    counted = []
+    monkeypatch.setattr(
+        study, "split_size", lambda cfg, split: counted.append(split) or {"val": 300, "test": 900}[split]
+    )
+
+    def sweep(ckpt, split, sizes, limit, methods=None, regimes=("zoom", "canvas"), **control):
+        n = 300 if split == "val" else 900
+        return [record("learned", m, 20, v, split=split) | {"checkpoint": str(ckpt), "samples": n}
+                for m, v in (("bicubic", 0.6), ("extrapolate", 0.4)) if methods is None or m in methods]  # fmt: skip
+
+    monkeypatch.setattr(study, "train_run", train_run)
+    monkeypatch.setattr(study, "sweep_checkpoint", sweep)
+    monkeypatch.setattr(study, "entropy_rows", lambda ckpt, method, sizes: [{}])
+    monkeypatch.setattr(study, "shuffle_row", lambda ckpt: {"drop": 0.5})
+    out = tmp_path / "fm.json"
+    argv = ["--runs", "learned:patch", "--seeds", "0", "--out", "runs", "--json", str(out), "--config", "fm.yaml",
+            "--img-size", "16", "--sizes", "12", "16", "20", "--far", "--finetune", "28", "--no-controls",
+            "--rule", "off"]  # fmt: skip
+    assert study.main(argv) == 0
+    (name, flags), (tuned, ft_flags) = trained
+    assert name == "learned-patch-lr1-seed0"  # the ablation: no position rule
+    assert flags[:4] == ["--config", "fm.yaml", "--img-size", "16"] and "--pos-lr-scale" in flags
+    assert flags[flags.index("--pos-lr-scale") + 1] == "1"
+    assert ft_flags[:2] == ["--config", "fm.yaml"] and ft_flags[ft_flags.index("--img-size") + 1] == "28"
+    data = json.loads(out.read_text())
+    assert data["budget"]["img_size"] == 16 and data["budget"]["data"] == "fashion-mnist"
+    assert data["budget"]["train_limit"] == 500 and data["budget"]["rule_pos_lr_scale"] == 1.0
+    assert data["choices"]["learned:patch"]["method"] == "bicubic"
+    assert len(data["records"]) == 4 and sorted(set(counted)) == ["test", "val"]  # cells counted against the set
+    for bad, says in ((["--img-size", "18"], "not a positive multiple of the patch size 4"),
+                      (["--config", "nowhere.yaml"], "config file not found")):  # fmt: skip
+        with pytest.raises(SystemExit):
+            study.main(["--runs", "learned:patch", *bad])
+        assert says in capsys.readouterr().err
 
 
 def test_a_study_with_position_augmentation_trains_runs_of_their_own_and_records_it(tmp_path, monkeypatch, capsys):
