@@ -76,17 +76,23 @@ def test_guide_lines_carry_the_paired_holm_corrected_difference():
 def test_summary_page_has_its_table_figure_and_missing_columns(tmp_path):
     page, block = summary.render(study_json(), tmp_path)
     assert (tmp_path / "summary.png").stat().st_size > 0
-    assert "Columns not swept yet: zoom 0.75x, zoom 1.5x, zoom 4x, canvas 1.5x, canvas 4x, fine-tuned 2x." in page
+    assert (
+        "Columns not swept yet: zoom 0.75x, zoom 1.5x, zoom 4x, canvas 1.5x, canvas 4x, fine-tuned 2x, Fashion-MNIST."
+        in page
+    )
     rows = [ln for ln in page.splitlines() if ln.startswith("| `")]
     assert len(rows) == 2 and len(rows[0].split("|")) == len(summary.COLUMNS) + 4  # + scheme, method, two edges
     assert block.splitlines()[0].startswith("| scheme | 1x | method (val) | zoom 2x | zoom 4x | canvas 2x")
     assert "commit abc" in page
     data = study_json() | {"far": ["128"]}  # 4x swept apart, with the chosen method
     page, _ = summary.render(data, tmp_path)
-    assert "Columns not swept yet: zoom 0.75x, zoom 1.5x, zoom 4x, canvas 1.5x, canvas 4x, fine-tuned 2x." in page
+    assert (
+        "Columns not swept yet: zoom 0.75x, zoom 1.5x, zoom 4x, canvas 1.5x, canvas 4x, fine-tuned 2x, Fashion-MNIST."
+        in page
+    )
     data["records"] += [r | {"resolution": 128} for r in data["records"] if r["resolution"] == 64]
     page, _ = summary.render(data, tmp_path)
-    assert "Columns not swept yet: zoom 0.75x, zoom 1.5x, canvas 1.5x, fine-tuned 2x." in page
+    assert "Columns not swept yet: zoom 0.75x, zoom 1.5x, canvas 1.5x, fine-tuned 2x, Fashion-MNIST." in page
     assert "Sizes swept: 32, 64 px; 128 px on test with the chosen method only." in page
 
 
@@ -98,7 +104,8 @@ def test_the_fine_tuned_column_and_guide_line_read_the_fine_tuned_runs_only(tmp_
     s = summary.Study(data)
     assert s.values("rope2d:patch", ("finetune", 2.0)) == {0: 0.90, 1: 0.92, 2: 0.94}
     assert s.values("rope2d:patch", ("zoom", 2.0)) == {0: 0.60, 1: 0.70, 2: 0.65}  # the direct cell is untouched
-    assert s.row("rope2d:patch", summary.COLUMNS)[-1].startswith("92.0 ±")
+    at = 2 + summary.COLUMNS.index(("finetune", 2.0))  # a row: scheme, 1x, method, then the other columns
+    assert s.row("rope2d:patch", summary.COLUMNS)[at].startswith("92.0 ±")
     line = next(ln for ln in summary.guide(s) if "fine-tuning" in ln)
     diffs = []
     for column in [("zoom", 1.0), ("zoom", 2.0), ("canvas", 2.0), ("finetune", 2.0)]:  # the guide's, with data
@@ -112,7 +119,28 @@ def test_the_fine_tuned_column_and_guide_line_read_the_fine_tuned_runs_only(tmp_
     page, block = summary.render(data, tmp_path)
     assert "fine-tuned 2x" not in page.split("Columns not swept yet")[-1].split(".")[0]
     assert "seeds fine-tuned: 0, 1, 2." in page and "--init-from ... --epochs 1" in page
-    assert block.splitlines()[0].endswith("| fine-tuned 2x |")
+    assert block.splitlines()[0].endswith("| fine-tuned 2x | Fashion-MNIST |")
+
+
+def test_the_fashion_mnist_column_is_its_study_at_the_native_size_under_its_own_chosen_method(tmp_path):
+    fm = {"budget": {"img_size": 16}, "runs": [{"spec": "rope2d:patch", "seed": k} for k in SEEDS],
+          "choices": {"rope2d:patch": {"method": "extrapolate"}},
+          "records": [{"scheme": "rope2d", "stem": "patch", "method": m, "regime": g, "resolution": r, "split": sp,
+                       "seed": k, "top1": v + 0.01 * k}
+                      for m, g, r, sp, v in (("extrapolate", "zoom", 28, "test", 0.80), ("interpolate", "zoom", 28,
+                                             "test", 0.10), ("extrapolate", "canvas", 28, "test", 0.30),
+                                             ("extrapolate", "zoom", 20, "test", 0.50),
+                                             ("extrapolate", "zoom", 28, "val", 0.99))
+                      for k in SEEDS]}  # fmt: skip
+    s = summary.Study(study_json(), fmnist=fm)
+    assert s.values("rope2d:patch", ("fmnist", "native")) == {k: 0.80 + 0.01 * k for k in SEEDS}  # test, zoom, 28 px
+    assert s.values("learned:patch", ("fmnist", "native")) == {}
+    assert s.row("rope2d:patch", summary.COLUMNS)[-1].startswith("81.0 ±")
+    page, _ = summary.render(study_json(), tmp_path, fmnist=fm)
+    assert "Fashion-MNIST: trained at 16 px (downsampled), tested at its native 28 px" in page
+    assert "Fashion-MNIST" not in page.split("Columns not swept yet")[-1].split(".")[0]
+    page, _ = summary.render(study_json(), tmp_path)
+    assert "Fashion-MNIST." in page.split("Columns not swept yet")[-1]  # no study on it yet: named as missing
 
 
 def test_readme_block_is_replaced_between_the_markers_only():

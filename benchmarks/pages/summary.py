@@ -11,10 +11,19 @@ from benchmarks.pages.common import BAG_CEILING, CHANCE, cell, fill, machines, p
 from benchmarks.stats import holm, mean_ci, paired
 
 # the columns: (regime, factor of the training size); 1x is zoom at the training size
-# ("finetune", 2.0): tested at 2x after one epoch of fine-tuning there (the study's step 9)
+# ("finetune", 2.0): tested at 2x after one epoch of fine-tuning there (the study's step 9); ("fmnist", "native"):
+# Fashion-MNIST, trained below its native size and tested at it (docs/fashion_mnist_study.json)
 COLUMNS = [("zoom", 1.0), ("zoom", 0.75), ("zoom", 1.5), ("zoom", 2.0), ("zoom", 4.0), ("canvas", 1.5),
-           ("canvas", 2.0), ("canvas", 4.0), ("finetune", 2.0)]  # fmt: skip
-README_COLUMNS = [("zoom", 1.0), ("zoom", 2.0), ("zoom", 4.0), ("canvas", 2.0), ("canvas", 4.0), ("finetune", 2.0)]
+           ("canvas", 2.0), ("canvas", 4.0), ("finetune", 2.0), ("fmnist", "native")]  # fmt: skip
+README_COLUMNS = [
+    ("zoom", 1.0),
+    ("zoom", 2.0),
+    ("zoom", 4.0),
+    ("canvas", 2.0),
+    ("canvas", 4.0),
+    ("finetune", 2.0),
+    ("fmnist", "native"),
+]
 GUIDE = [("zoom", 1.0), ("zoom", 1.5), ("zoom", 2.0), ("zoom", 4.0), ("canvas", 2.0), ("canvas", 4.0),
          ("finetune", 2.0)]  # fmt: skip
 
@@ -27,6 +36,8 @@ def label(spec: str) -> str:
 def head(regime: str, factor: float) -> str:
     if regime == "finetune":
         return f"fine-tuned {factor:g}x"
+    if regime == "fmnist":
+        return "Fashion-MNIST"
     return "1x" if factor == 1.0 else f"{regime} {factor:g}x"
 
 
@@ -61,7 +72,7 @@ class Study:
     """The study's JSON read for the pages: per scheme and column, the test top-1 of each seed under the scheme's
     validation-chosen method."""
 
-    def __init__(self, data: dict, cost: dict | None = None):
+    def __init__(self, data: dict, cost: dict | None = None, fmnist: dict | None = None):
         self.data = data
         self.train = data["budget"]["img_size"]
         self.cost = costs(cost, self.train)
@@ -87,6 +98,13 @@ class Study:
             self.cells[(f["spec"], "finetune", f["size"] / self.train)][f["seed"]] = f["top1"]
         present = {r["spec"] for r in data.get("runs", [])}
         self.specs = [s for s in MAIN_RUNS if s in present] + sorted(present - set(MAIN_RUNS))
+        self.real = None  # (training size, native size) of the Fashion-MNIST study
+        if fmnist and fmnist.get("records"):
+            real = Study(fmnist)
+            native = max(r["resolution"] for r in fmnist["records"] if r["split"] == "test" and r["regime"] == "zoom")
+            self.real = (real.train, native)
+            for spec in real.specs:
+                self.cells[(spec, "fmnist", "native")] = real.values(spec, ("zoom", native / real.train))
 
     def values(self, spec: str, column: tuple[str, float]) -> dict[int, float]:
         return self.cells.get((spec, *column), {})
@@ -321,10 +339,15 @@ def coverage(study: Study) -> str:
              f"--init-from ... {recipe}`), then tested there; seeds fine-tuned: "
              f"{', '.join(map(str, sorted({f['seed'] for f in study.data.get('finetuned', [])}))) or 'none'}."
              if tuned else "")  # fmt: skip
+    real = ""
+    if study.real:
+        real = (f" Fashion-MNIST: trained at {study.real[0]} px (downsampled), tested at its native {study.real[1]} px "
+                "(zoom: the larger size carries real detail) with the method its own validation split chose "
+                "(docs/fashion_mnist_study.json).")  # fmt: skip
     return (
         f"Seeds trained per scheme{of}: {', '.join(parts) or 'none'}; seeds swept on test: "
         f"{', '.join(map(str, sorted(swept))) or 'none'}. Sizes swept: {', '.join(study.data.get('sizes', []))} px"
-        f"{far}.{tuned}"
+        f"{far}.{tuned}{real}"
     )
 
 
@@ -332,10 +355,12 @@ def page_missing(missing: list[str]) -> str:
     return ("Columns not swept yet: " + ", ".join(missing) + ".") if missing else "Every column is swept."
 
 
-def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | None = None) -> tuple[str, str]:
+def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | None = None,
+           fmnist: dict | None = None) -> tuple[str, str]:  # fmt: skip
     """(docs/summary.md, the README's table block) from docs/study.json (``earlier``, docs/results.json, for the
-    reruns' table; ``cost``, docs/cost.json, for the cost column); the figure is written beside the page."""
-    study = Study(data, cost)
+    reruns' table; ``cost``, docs/cost.json, for the cost column; ``fmnist``, docs/fashion_mnist_study.json, for the
+    Fashion-MNIST column); the figure is written beside the page."""
+    study = Study(data, cost, fmnist)
     plot(study, folder / "summary.png")
     missing = [head(*c) for c in COLUMNS if not any(study.values(s, c) for s in study.specs)]
     page = fill(
