@@ -203,25 +203,31 @@ def aug_slug(aug: str | None) -> str:
 
 
 def study_run(
-    out: Path, pos: str, stem: str, seed: int, rule: dict, opts: dict, params: bool, aug: str | None = None
-) -> tuple[Path, list[str]]:
+    out: Path, pos: str, stem: str, seed: int, rule: dict, opts: dict, params: bool, aug: str | None = None,
+    resolutions: list[int] | None = None,
+) -> tuple[Path, list[str]]:  # fmt: skip
     """A study's run: its folder under ``out`` and its ``train.py`` flags, the scheme and the seed, and for a scheme
     with position ``params`` the rule and its scheme options (those without train identically under every rule, so
-    their folder names none); a position augmentation ``aug`` (PosAug text) is a flag and a suffix of the folder."""
+    their folder names none); a position augmentation ``aug`` (PosAug text) and multi-resolution training
+    (``resolutions``) are flags and suffixes of the folder."""
     from vitpos.pos.base import PosAug
 
     flags = ["--pos", pos, "--stem", stem, "--seed", str(seed)]
     if aug is not None:
         flags += ["--pos-aug", str(PosAug.parse(aug))]
+    suffix = aug_slug(aug)
+    if resolutions:
+        flags += ["--train-resolutions", *map(str, resolutions)]
+        suffix += "-mr" + "-".join(map(str, resolutions))
     if not params:
-        return out / f"{pos}-{stem}{aug_slug(aug)}-seed{seed}", flags
+        return out / f"{pos}-{stem}{suffix}-seed{seed}", flags
     for k, v in rule.items():
         if v != "none":  # no decay: nothing to pull towards
             flags += [f"--{k.replace('_', '-')}", v if isinstance(v, str) else f"{v:g}"]
     for k, v in opts.items():  # JSON is YAML: --pos-kwarg relbias={"locality": 0} for a composition's part
         flags += ["--pos-kwarg", f"{k}={json.dumps(v)}"]
     name = run_name(pos, stem, seed, rule, opts)
-    return out / (name.removesuffix(f"-seed{seed}") + f"{aug_slug(aug)}-seed{seed}"), flags
+    return out / (name.removesuffix(f"-seed{seed}") + f"{suffix}-seed{seed}"), flags
 
 
 def last_ckpt(run: dict) -> Path:

@@ -29,8 +29,10 @@ The protocol, frozen before test is read:
 
 Another data set and training size: ``--config configs/fashion_mnist_study.yaml --img-size 16 --sizes 12 16 20 24
 28 --far --finetune`` trains on Fashion-MNIST downsampled to 16 px and tests up to its native 28 px, so the larger
-sizes carry real detail (zoom), or the 16 px digit on a larger canvas. ``--rule off`` trains every run without the
-position rule (the ablation). Such a study has its own ``--out`` and ``--json``.
+sizes carry real detail (zoom), or the 16 px garment on a larger canvas. ``--rule off`` trains every run without the
+position rule (the ablation); ``--pos-aug AUG`` with position augmentation; ``--train-resolutions 16 24 32 48`` at
+those sizes, one per batch (the multi-resolution baseline: the same steps and, on average, the same tokens per batch
+as 32 px alone). Such a study has its own ``--out`` and ``--json``.
 
 A checkpoint keeps its records while its SHA-256 and the sweep's arguments are unchanged: an interrupted study goes
 on where it stopped, and only new or retrained runs are evaluated. Every run and record names its provenance
@@ -232,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--img-size", type=int, help="the training size (px; default: the config's)")
     p.add_argument("--rule", choices=("default", "off"), default="default",
                    help="the position rule of runs with position parameters: the default, or none")  # fmt: skip
+    p.add_argument("--train-resolutions", type=int, nargs="+", metavar="PX",
+                   help="train every run at these sizes, one per batch (train.py's --train-resolutions): the "
+                        "multi-resolution baseline; its runs' folders name them: use its own --json")  # fmt: skip
     p.add_argument("--controls", action=argparse.BooleanOptionalAction, default=True,
                    help="sweep the canvas controls (scene pooling, log-n scaling, off the patch grid)")  # fmt: skip
     args = p.parse_args(argv)
@@ -243,9 +248,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = Config.from_yaml(ROOT / args.config) if args.config else Config()
     except ConfigError as e:
         p.error(str(e))
+    for size in ([args.img_size] if args.img_size is not None else []) + (args.train_resolutions or []):
+        if size <= 0 or size % cfg.model.patch_size:
+            p.error(f"size {size} px is not a positive multiple of the patch size {cfg.model.patch_size}")
     if args.img_size is not None:
-        if args.img_size <= 0 or args.img_size % cfg.model.patch_size:
-            p.error(f"--img-size {args.img_size} is not a positive multiple of the patch size {cfg.model.patch_size}")
         cfg.model.img_size = args.img_size
     # every run's data and training size; a fine-tuning run sets its own size
     data_flags = ["--config", args.config] if args.config else []
@@ -267,9 +273,10 @@ def main(argv: list[str] | None = None) -> int:
 
     def save() -> None:
         write_record(path, "study.py", argv, budget=budget, specs=args.runs, seeds=args.seeds, sizes=args.sizes,
-                     pos_aug=args.pos_aug, far=args.far, finetune=args.finetune, finetune_recipe=FINETUNE,
-                     val_limit=args.val_limit, runs=list(runs.values()), choices=choices, records=records,
-                     entropy=entropy, shuffle=shuffle, finetuned=finetuned)  # fmt: skip
+                     pos_aug=args.pos_aug, train_resolutions=args.train_resolutions, far=args.far,
+                     finetune=args.finetune, finetune_recipe=FINETUNE, val_limit=args.val_limit,
+                     runs=list(runs.values()), choices=choices, records=records, entropy=entropy, shuffle=shuffle,
+                     finetuned=finetuned)  # fmt: skip
 
     # 1. the runs, seed by seed, so that a study cut short has every scheme at the seeds it reached
     jobs = [(spec, seed) for seed in args.seeds for spec in args.runs]
@@ -279,10 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     def train(job: tuple[str, int]) -> dict | None:
         spec, seed = job
         pos, _, stem = spec.partition(":")
-        run_dir, flags = study_run(out, pos, stem, seed, rule, {}, has_pos_params(spec), args.pos_aug)
+        run_dir, flags = study_run(out, pos, stem, seed, rule, {}, has_pos_params(spec), args.pos_aug,
+                                   args.train_resolutions)  # fmt: skip
         if args.no_train and not (run_dir / "results.json").is_file():
             return None
         aug = {} if args.pos_aug is None else {"pos_aug": str(PosAug.parse(args.pos_aug))}
+        aug |= {"train_resolutions": args.train_resolutions} if args.train_resolutions else {}
         return {"spec": spec, "pos": pos, "stem": stem, "seed": seed, **aug,
                 **train_run(run_dir, [*data_flags, *size_flags, *flags])}  # fmt: skip
 

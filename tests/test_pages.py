@@ -12,7 +12,7 @@ from helpers import ROOT
 import vitpos
 from benchmarks import stats
 from benchmarks.pages import __main__ as pages
-from benchmarks.pages import augmentation, frontier, protocol, summary
+from benchmarks.pages import augmentation, frontier, multires, protocol, summary
 
 SEEDS = [0, 1, 2]
 # test top-1 per (scheme, method, regime, size) and seed
@@ -344,3 +344,23 @@ def test_augmentation_page_pairs_each_scheme_with_its_runs_without_augmentation_
     assert "trained with `--pos-aug shift=0.1`" in page
     page = augmentation.render(aug, tmp_path)
     assert "No scheme has two seeds both with and without augmentation yet." in page
+
+
+def test_multires_page_pairs_with_the_single_size_runs_and_states_the_share_of_the_gap_closed(tmp_path):
+    plain = study_json()
+    multi = study_json() | {"train_resolutions": [16, 24, 32, 48], "command": "python -m benchmarks.study --train-res"}
+    # rope2d at 2x (zoom): 0.60, 0.70, 0.65 alone against 0.99, 0.98, 0.99 at 1x; with several sizes +0.2 each
+    multi["records"] = [r | {"top1": r["top1"] + 0.2} if (r["scheme"], r["resolution"]) == ("rope2d", 64) else r
+                        for r in multi["records"]]  # fmt: skip
+    page = multires.render(multi, tmp_path, plain)
+    rows = {ln.split(" |")[0]: ln for ln in page.split("## Several sizes minus")[1].split("## Share")[0].splitlines()
+            if ln.startswith("| `")}  # fmt: skip
+    zoom2 = 1 + multires.COLUMNS.index(("zoom", 2.0))
+    assert rows["| `rope2d`"].split(" | ")[zoom2].startswith("+20.0 [+20.0, +20.0]")
+    shares = {ln.split(" |")[0]: ln.split(" | ") for ln in page.split("## Share of the gap closed")[1].splitlines()
+              if ln.startswith("| `")}  # fmt: skip
+    gap = (0.99 + 0.98 + 0.99 - 0.60 - 0.70 - 0.65) / 3
+    assert shares["| `rope2d`"][zoom2 - 1] == f"{100 * 0.2 / gap:.0f} %"  # the share column list drops 1x
+    assert shares["| `learned`"][multires.COLUMNS.index(("zoom", 0.75))] == "—"  # not measured there
+    assert "every batch at one of 16, 24, 32, 48 px" in page
+    assert "No scheme has two seeds both ways yet." in multires.render(multi, tmp_path, None)

@@ -98,6 +98,23 @@ def run_dir(tmp_path, monkeypatch):
     return run_dir
 
 
+@pytest.fixture
+def trained(tmp_path, monkeypatch) -> dict:
+    """A study rooted at ``tmp_path`` whose trainings are recorded (folder name -> train.py flags), not run."""
+    from benchmarks import common
+
+    monkeypatch.setattr(study, "ROOT", tmp_path)
+    monkeypatch.setattr(common, "ROOT", tmp_path)
+    flags_of = {}
+
+    def train_run(rd, flags, retrain=False):
+        flags_of[rd.name] = flags
+        return {"run": str(rd.relative_to(tmp_path))}
+
+    monkeypatch.setattr(study, "train_run", train_run)
+    return flags_of
+
+
 def test_study_sweeps_each_checkpoint_once_and_chooses_before_test(tmp_path, monkeypatch, run_dir):
 
     def train_run(rd, flags, retrain=False):
@@ -291,25 +308,15 @@ def test_a_study_on_another_data_set_and_size_trains_tunes_and_chooses_there(tmp
     assert data["budget"]["train_limit"] == 500 and data["budget"]["rule_pos_lr_scale"] == 1.0
     assert data["choices"]["learned:patch"]["method"] == "bicubic"
     assert len(data["records"]) == 4 and sorted(set(counted)) == ["test", "val"]  # cells counted against the set
-    for bad, says in ((["--img-size", "18"], "not a positive multiple of the patch size 4"),
+    for bad, says in ((["--img-size", "18"], "size 18 px is not a positive multiple of the patch size 4"),
+                      (["--train-resolutions", "16", "30"], "size 30 px is not a positive multiple"),
                       (["--config", "nowhere.yaml"], "config file not found")):  # fmt: skip
         with pytest.raises(SystemExit):
             study.main(["--runs", "learned:patch", *bad])
         assert says in capsys.readouterr().err
 
 
-def test_a_study_with_position_augmentation_trains_runs_of_their_own_and_records_it(tmp_path, monkeypatch, capsys):
-    from benchmarks import common
-
-    monkeypatch.setattr(study, "ROOT", tmp_path)
-    monkeypatch.setattr(common, "ROOT", tmp_path)
-    trained = {}
-
-    def train_run(rd, flags, retrain=False):
-        trained[rd.name] = flags
-        return {"run": str(rd.relative_to(tmp_path))}
-
-    monkeypatch.setattr(study, "train_run", train_run)
+def test_a_study_with_position_augmentation_trains_runs_of_their_own_and_records_it(tmp_path, trained, capsys):
     out = tmp_path / "aug.json"
     argv = ["--runs", "rope2d:patch", "learned:patch", "--seeds", "0", "--out", "runs", "--json", str(out),
             "--pos-aug", "rescale=2, shift=0.1", "--far", "--no-controls", "--finetune"]  # fmt: skip
@@ -323,6 +330,21 @@ def test_a_study_with_position_augmentation_trains_runs_of_their_own_and_records
         with pytest.raises(SystemExit):
             study.main(["--runs", bad, "--pos-aug", "spin=1" if says.startswith("unknown") else "shift=0.1"])
         assert says in capsys.readouterr().err
+
+
+def test_a_multi_resolution_study_trains_runs_of_their_own_and_records_their_sizes(tmp_path, trained):
+    out = tmp_path / "mr.json"
+    argv = ["--runs", "rope2d:patch", "learned:patch", "--seeds", "0", "--out", "runs", "--json", str(out),
+            "--train-resolutions", "16", "24", "32", "48", "--far", "--no-controls", "--finetune"]  # fmt: skip
+    assert study.main(argv) == 0
+    assert set(trained) == {
+        "rope2d-patch-mr16-24-32-48-seed0",
+        "learned-patch-lr30-wd0.3-start-ramp5-mr16-24-32-48-seed0",
+    }
+    assert all(f[f.index("--train-resolutions") :][1:5] == ["16", "24", "32", "48"] for f in trained.values())
+    data = json.loads(out.read_text())
+    assert data["train_resolutions"] == [16, 24, 32, 48]
+    assert all(r["train_resolutions"] == [16, 24, 32, 48] for r in data["runs"])
 
 
 def test_shuffle_row_finds_the_patch_stem_without_position_blind_to_patch_order(tmp_path):

@@ -13,6 +13,7 @@ from benchmarks.pages import (
     export,
     fashion_mnist,
     frontier,
+    multires,
     performance,
     performance_compile,
     pos_dynamics,
@@ -65,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     if front is not None:
         (folder / "frontier.md").write_text(frontier.render(front, folder, study, read(folder / "cost.json")))
         print(f"wrote {folder / 'frontier.md'}")
+    multi = read(folder / "multires.json")
+    if multi is not None:
+        (folder / "multires.md").write_text(multires.render(multi, folder, study))
+        print(f"wrote {folder / 'multires.md'}")
     aug = read(folder / "augmentation.json")
     if aug is not None:
         (folder / "augmentation.md").write_text(augmentation.render(aug, folder, study, front))

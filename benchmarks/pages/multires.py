@@ -1,0 +1,54 @@
+"""docs/multires.md: the practical baseline, each scheme trained at several sizes (one per batch) against the same
+scheme trained at 32 px alone, seed for seed, under both regimes, and how much of the gap to the training size each
+column's difference closes; from docs/multires.json (benchmarks/study.py with ``--train-resolutions ... --json
+docs/multires.json``) and docs/study.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.pages.augmentation import COLUMNS, differences, method_rows
+from benchmarks.pages.common import fill, table
+from benchmarks.pages.frontier import difference_text
+from benchmarks.pages.summary import Study, head, label, study_machines
+
+MIN_GAP = 0.02  # below 2 points at 1x there is no gap worth a share
+
+
+def gap_closed(multi: Study, single: Study, spec: str, column: tuple[str, float]) -> str:
+    """(multi − single) / (single at 1x − single), the means over the seeds all three cells share: the share of the
+    single-size runs' loss at ``column`` that multi-resolution training wins back."""
+    m, s, one = multi.values(spec, column), single.values(spec, column), single.values(spec, ("zoom", 1.0))
+    shared = sorted(set(m) & set(s) & set(one))
+    if not shared or column == ("zoom", 1.0):
+        return "—"
+    gap = sum(one[k] - s[k] for k in shared) / len(shared)
+    if gap < MIN_GAP:
+        return "no gap"
+    return f"{100 * sum(m[k] - s[k] for k in shared) / len(shared) / gap:.0f} %"
+
+
+def render(data: dict, folder: Path, plain: dict | None) -> str:
+    """docs/multires.md from docs/multires.json and docs/study.json (``plain``: the runs at 32 px alone)."""
+    multi = Study(data)
+    single = Study(plain) if plain else None
+    bases = [single] if single else []
+    diffs = differences(multi, bases)
+    rows = [[label(s), *(difference_text(diffs.get((s, c))) for c in COLUMNS)] for s in multi.specs]
+    gaps = [[label(s), *(gap_closed(multi, single, s, c) for c in COLUMNS[1:])] for s in multi.specs] if single else []
+    sizes = data.get("train_resolutions") or []
+    return fill(
+        "multires.md",
+        sizes=", ".join(map(str, sizes)) or "?",
+        command=data["command"],
+        seeds=", ".join(f"{label(s)} {len(v)}" for s, v in multi.seeds().items()) or "none",
+        table=multi.table(COLUMNS),
+        methods=table(
+            ["scheme", "method (val), several sizes", "method (val), 32 px alone"], method_rows(multi, bases)
+        ),
+        differences=table(["several sizes − 32 px alone (points)", *(head(*c) for c in COLUMNS)], rows)
+        if diffs
+        else "No scheme has two seeds both ways yet.",
+        gaps=table(["share of the gap closed", *(head(*c) for c in COLUMNS[1:])], gaps) if diffs else None,
+        machines=study_machines(data),
+    )
