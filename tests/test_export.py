@@ -128,9 +128,24 @@ def test_the_transfer_method_and_the_positions_really_flow_into_the_file(exporte
         model.pos.method = default
 
 
-def test_a_method_that_branches_on_the_grid_is_exported_for_fixed_sizes(tmp_path):
+@pytest.mark.parametrize("method", ["ntk", "yarn"])
+def test_methods_that_change_only_above_the_trained_grid_are_one_dynamic_file(tmp_path, method):
+    """NTK and YaRN leave a grid no larger than the trained one as it is and rescale a larger one (YaRN with its
+    logit temperature): a select in the graph, so one file serves both sides, at each axis's own factor."""
     model = small("rope2d")
-    model.pos.method = "ntk"  # NTK scales the base only when the grid is larger than the trained one
+    model.pos.method = method
+    report = export_onnx(model, tmp_path / "m.onnx", check=False)
+    assert report.dynamic and report.method == method
+    for size in SIZES + [(16, 128)]:  # the training size, each axis below or above it, both above
+        x = torch.randn(2, 3, *size)
+        with torch.no_grad():
+            ref = model(x)
+        assert relative_difference(run_onnx(report.files["any"], x), ref) <= RTOL, size
+
+
+def test_a_method_that_branches_on_the_grid_is_exported_for_fixed_sizes(tmp_path):
+    model = small("relbias")
+    model.pos.method = "geometric"  # timm's resize computes the table's new offsets in Python from the grid
     with pytest.raises(NotDynamic):
         vitpos.export_program(model, dynamic=True)
     report = export_onnx(model, tmp_path / "m.onnx", resolutions=[(24, 48)])

@@ -170,15 +170,16 @@ def test_protocol_page_states_the_rule_and_the_methods_chosen_on_validation():
     )
 
 
-def test_a_default_that_differs_from_validations_choice_is_numbered_with_its_reason():
+def test_a_default_that_differs_from_validations_choice_is_numbered_with_its_reason(monkeypatch):
+    monkeypatch.setattr(protocol, "DEFAULT_EXCEPTIONS", {"fire:patch": ("extrapolate", "a reason")})
     front = {"choices": {
-        "string:patch": {"method": "yarn", "val_mean": {"yarn": 0.7, "interpolate": 0.6}, "cells": 3},
+        "string:patch": {"method": "interpolate", "val_mean": {"yarn": 0.6, "interpolate": 0.7}, "cells": 3},
         "fire:patch": {"method": "extrapolate", "val_mean": {"extrapolate": 0.6}, "cells": 3}}}  # fmt: skip
     text = protocol.method_table(study_json(), front)
     assert "| `fire:patch` | `extrapolate` | `progressive` (1) |" in text
-    assert "| `string:patch` | `yarn` | `interpolate` (2) |" in text
-    assert "(1) `fire:patch`: no reason recorded." in text
-    assert "(2) `string:patch`: `yarn`'s graph branches on the grid" in text
+    assert "| `string:patch` | `interpolate` | `yarn` (2) |" in text
+    assert "(1) `fire:patch`: a reason." in text
+    assert "(2) `string:patch`: no reason recorded." in text
     assert "| `rope2d:patch` | `interpolate` | `interpolate` |" in text
 
 

@@ -129,8 +129,11 @@ def test_exported_folded_string_is_rope2ds_graph():
     def ops(program: torch.export.ExportedProgram) -> Counter:
         return Counter(str(n.target) for n in program.graph.nodes if n.op == "call_function")
 
-    string = vitpos.export_program(model("string", skew=0.5), dynamic=False)  # raises if it differs from eager
-    rope = ops(vitpos.export_program(model("rope2d"), dynamic=False))
+    folded = model("string", skew=0.5)
+    string = vitpos.export_program(folded, dynamic=False)  # raises if it differs from eager
+    plain = model("rope2d")
+    plain.pos.method = folded.pos.method  # the same transfer method (string's default is yarn, rope2d's interpolate)
+    rope = ops(vitpos.export_program(plain, dynamic=False))
     assert ops(string) == rope and sum(rope.values()) > 50
     unfolded = torch.export.export(model("string", skew=0.5), (torch.randn(1, 3, 32, 32),))
     assert sum(ops(unfolded).values()) > sum(rope.values())  # unfolded, P costs operations

@@ -13,8 +13,8 @@ matmul, softmax, matmul (``vitpos.attention.spelled_out``), which the exporter t
 
 Nothing is taken on trust: the ExportedProgram is run against eager PyTorch at the training size and at
 two non-square grids on either side of it, and the ONNX file against vitpos with onnxruntime. A transfer
-method whose graph depends on the grid itself (``ntk`` and ``yarn`` branch on whether the grid is larger
-than the trained one) fails that check; it is exported for fixed sizes instead, one file per size, and
+method whose graph depends on the grid itself (``relbias``'s ``geometric`` resize computes the table's
+offsets in Python from the grid) fails that check; it is exported for fixed sizes instead, one file per size, and
 the command says so. So is a model whose training grid is one patch on a side: torch.export specialises a
 dimension of size one, and its graph would serve no grid but that one. What a scheme can fold into the weights is
 folded first (``ViT.folded``: STRING's orthogonal maps into the q and k projections), and the checks compare the

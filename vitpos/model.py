@@ -70,8 +70,16 @@ class Attention(nn.Module):
         q, k = rotate_qk(q, k, pos)
         return q, k, v
 
-    def logit_scale(self, pos: AttnPos) -> float:
+    def logit_scale(self, pos: AttnPos) -> float | Tensor:
         return pos.logit_scale * self.head_dim**-0.5
+
+    def scaled_q(self, q: Tensor, pos: AttnPos) -> tuple[Tensor, float]:
+        """q and the attention kernel's scale. A position's logit scale is a number, or under ``torch.export`` a
+        0-d tensor (YaRN's temperature of a symbolic grid, vitpos.pos.rope2d), which the kernel cannot take as its
+        scale: q carries it instead."""
+        if isinstance(pos.logit_scale, Tensor):
+            return q * pos.logit_scale.to(q.dtype), self.head_dim**-0.5
+        return q, self.logit_scale(pos)
 
     def weights(self, x: Tensor, pos: AttnPos) -> Tensor:
         """(B, h, N, N) the softmax weights ``forward`` applies to v, written out (forward never forms them:
@@ -84,7 +92,8 @@ class Attention(nn.Module):
 
     def forward(self, x: Tensor, pos: AttnPos) -> Tensor:
         q, k, v = self.heads_qkv(x, pos)
-        x = attention(q, k, v, pos.bias, scale=self.logit_scale(pos))  # (B, h, N, d)
+        q, scale = self.scaled_q(q, pos)
+        x = attention(q, k, v, pos.bias, scale=scale)  # (B, h, N, d)
         return self.proj(rearrange(x, "b h n d -> b n (h d)"))
 
 

@@ -28,10 +28,7 @@ def default_method(spec: str) -> str:
 
 # Where vitpos's default differs from the validation choice, and why: the method validation chose (so that a new
 # choice reopens the question) and the reason. A test holds every other default to the choice.
-DEFAULT_EXCEPTIONS = {
-    "string:patch": ("yarn", "`yarn`'s graph branches on the grid, so a model served with it cannot be exported as one "
-                             "file for every size (docs/deployment.md); `interpolate`, its close second here, can"),
-}  # fmt: skip
+DEFAULT_EXCEPTIONS: dict[str, tuple[str, str]] = {}
 
 
 def method_table(*studies: dict | None) -> str:

@@ -38,7 +38,8 @@ class AttnPos:
           (heads, N, head_dim/2, 2), N including prefix tokens (which get (1, 0): never rotated).
           Pair j of q and k is (x[2j], x[2j+1]); read as complex numbers, rope is e^(i angle).
     bias: (heads, N, N) added to the logits (prefix rows and columns are 0).
-    logit_scale: multiplies the usual 1/sqrt(head_dim) (YaRN's attention temperature).
+    logit_scale: multiplies the usual 1/sqrt(head_dim) (YaRN's attention temperature); a 0-d tensor only where
+          the grid is symbolic (``torch.export``).
     rotation: a general q/k rotation, block-diagonal with blocks of size b: (N, d/b, b, b) or
           (heads, N, d/b, b, b) orthogonal matrices, block j turning (x[jb], ..., x[jb+b-1]); prefix rows
           are the identity. ``rope`` is the special case b = 2 kept apart because a complex multiply
@@ -50,7 +51,7 @@ class AttnPos:
 
     rope: Tensor | None = None
     bias: Tensor | None = None
-    logit_scale: float = 1.0
+    logit_scale: float | Tensor = 1.0
     rotation: Tensor | None = None
     mix: Tensor | None = None
 

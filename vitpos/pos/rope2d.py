@@ -83,11 +83,24 @@ def yarn_ramp(freqs: Tensor, train_len: int, alpha: float = YARN_ALPHA, beta: fl
     return ((turns - alpha) / (beta - alpha)).clamp(0.0, 1.0)
 
 
-def yarn_temperature(grid: Grid, train_grid: Grid, mode: str) -> float:
-    """YaRN's logit factor (0.1 ln(s) + 1)^2 for s > 1 (else 1); s per ``mode`` (see the module docstring)."""
+def yarn_temperature(grid: Grid, train_grid: Grid, mode: str) -> float | Tensor:
+    """YaRN's logit factor (0.1 ln(s) + 1)^2 for s > 1 (else 1); s per ``mode`` (see the module docstring).
+
+    A number for a grid of numbers; under ``torch.export`` the grid is symbolic, and the factor is a 0-d tensor
+    computed in the graph, so that one exported program serves every grid (the attention then scales q by it)."""
     s_y, s_x = grid[0] / train_grid[0], grid[1] / train_grid[1]
-    s = max(s_y, s_x) if mode == "axis" else s_y * s_x
-    return (0.1 * math.log(s) + 1.0) ** 2 if s > 1 else 1.0
+    if isinstance(s_y, float) and isinstance(s_x, float):
+        s = max(s_y, s_x) if mode == "axis" else s_y * s_x
+        return (0.1 * math.log(s) + 1.0) ** 2 if s > 1 else 1.0
+    t_y, t_x = ratio(s_y), ratio(s_x)
+    t = torch.maximum(t_y, t_x) if mode == "axis" else t_y * t_x
+    return torch.where(t > 1, (0.1 * t.log() + 1.0) ** 2, torch.ones_like(t))
+
+
+def ratio(s: float) -> Tensor:
+    """A size ratio as an fp64 0-d tensor: where it is symbolic (``torch.export``), a choice on it (s > 1) stays in
+    the graph as a select instead of fixing the program to one side of it."""
+    return torch.scalar_tensor(s, dtype=torch.float64)
 
 
 def check_yarn_options(alpha: float, beta: float, temperature: str) -> str:
@@ -122,7 +135,7 @@ def transfer_frequencies(
     yarn_alpha: float,
     yarn_beta: float,
     yarn_temperature_mode: str = "axis",
-) -> tuple[Tensor, Tensor, float]:
+) -> tuple[Tensor, Tensor, float | Tensor]:
     """Frequency components along rows (fy) and columns (fx) for ``grid`` under ``method``, and the logit scale.
 
     Shared by ``rope2d`` (fixed axial frequencies) and ``rope2d-mixed`` (learned 2D ones); the
@@ -139,18 +152,18 @@ def transfer_frequencies(
         d_axis = head_dim // 2
 
         def ntk(f: Tensor, s: float) -> Tensor:
-            if s <= 1 or d_axis <= 2:  # d_axis 2: the one frequency is theta^0 = 1 for any base
+            if d_axis <= 2:  # the one frequency is theta^0 = 1 for any base
                 return f
-            return f * s ** (-exponent * (d_axis / (d_axis - 2)))
+            t = ratio(s).to(f.dtype)
+            return torch.where(t > 1, f * t ** (-exponent * (d_axis / (d_axis - 2))), f)  # s <= 1: unchanged
 
         return ntk(fy, s_y), ntk(fx, s_x), 1.0
     if method == "yarn":
 
         def yarn(f: Tensor, s: float, train_len: int) -> Tensor:
-            if s <= 1:
-                return f
             g = yarn_ramp(magnitude, train_len, yarn_alpha, yarn_beta)
-            return (1 - g) * f / s + g * f
+            t = ratio(s).to(f.dtype)
+            return torch.where(t > 1, (1 - g) * f / t + g * f, f)  # s <= 1: unchanged
 
         scale = yarn_temperature(grid, train_grid, yarn_temperature_mode)
         return yarn(fy, s_y, train_grid[0]), yarn(fx, s_x, train_grid[1]), scale
@@ -188,7 +201,7 @@ class Rope2dPos(PosScheme):
         return dict(theta=self.theta, coords=self.frame, order=self.order, yarn_alpha=self.yarn_alpha,
                     yarn_beta=self.yarn_beta, yarn_temperature=self.yarn_temperature)  # fmt: skip
 
-    def axis_frequencies(self, grid: Grid, method: str | None = None) -> tuple[Tensor, Tensor, float]:
+    def axis_frequencies(self, grid: Grid, method: str | None = None) -> tuple[Tensor, Tensor, float | Tensor]:
         """Per-axis frequencies (fy, fx) for ``grid`` under ``method`` (default: the current one), and the logit
         scale."""
         f = axial_frequencies(self.head_dim, self.theta)
@@ -199,7 +212,7 @@ class Rope2dPos(PosScheme):
             yarn_temperature_mode=self.yarn_temperature,
         )  # fmt: skip
 
-    def angles(self, grid: Grid, device=None) -> tuple[Tensor, float]:
+    def angles(self, grid: Grid, device=None) -> tuple[Tensor, float | Tensor]:
         """(N, d/2) rotation angles, the column pairs then the row pairs (``order`` xy) or the reverse, and the
         logit scale."""
         if self.frame == "grid":  # fp64 angles of integer positions, exact before cos/sin

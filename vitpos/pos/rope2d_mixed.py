@@ -59,7 +59,7 @@ class Rope2dMixedPos(PosScheme):
         # 4k/d of each pair on the init ladder (both halves share it), for NTK scaling
         self.register_buffer("exponent", 4.0 * (torch.arange(2 * quarter) % quarter) / self.head_dim, persistent=False)
 
-    def frequencies(self, grid: Grid) -> tuple[Tensor, float]:
+    def frequencies(self, grid: Grid) -> tuple[Tensor, float | Tensor]:
         """(depth, heads, d/2, 2) frequencies (fx, fy) for ``grid`` under the current method, and the logit scale."""
         f = self.freqs.float()  # fp32 whatever the module dtype (the exponent buffer follows .double() too)
         fx, fy = f.unbind(-1)
@@ -70,7 +70,7 @@ class Rope2dMixedPos(PosScheme):
         )  # fmt: skip
         return torch.stack([fx, fy], dim=-1), scale
 
-    def angles(self, grid: Grid) -> tuple[Tensor, float]:
+    def angles(self, grid: Grid) -> tuple[Tensor, float | Tensor]:
         """(depth, heads, N, d/2) phases x * fx + y * fy in fp32, and the logit scale."""
         device = self.freqs.device
         with torch.autocast(device.type, enabled=False):  # a matmul would otherwise run in bf16

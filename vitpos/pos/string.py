@@ -42,8 +42,10 @@ def cayley(skew: Tensor) -> Tensor:
 class StringPos(Rope2dPos):
     """rope2d after a learned orthogonal P = Cayley(S) per block and head (AttnPos.mix); S = 0 at init.
 
-    Its default method is rope2d's ``interpolate``. Validation chose ``yarn`` for it by a fraction of a point, but a
-    yarn model cannot be exported as one file for every size; docs/protocol.md gives both numbers."""
+    Its default method, ``yarn``, is the one the validation split chose (docs/protocol.md), by a fraction of a point
+    over ``interpolate``."""
+
+    methods = ("yarn", "interpolate", "extrapolate", "ntk")
 
     def __init__(self, **kw):
         super().__init__(**kw)
