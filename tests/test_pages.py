@@ -356,12 +356,14 @@ def test_multires_page_pairs_with_the_single_size_runs_and_states_the_share_of_t
     page = multires.render(multi, tmp_path, plain)
     rows = {ln.split(" |")[0]: ln for ln in page.split("## Several sizes minus")[1].split("## Share")[0].splitlines()
             if ln.startswith("| `")}  # fmt: skip
-    zoom2 = 1 + multires.COLUMNS.index(("zoom", 2.0))
+    measured = [("zoom", 1.0), ("zoom", 2.0), ("canvas", 2.0)]  # the columns with cells; the others are left out
+    assert f"| {' | '.join(summary.head(*c) for c in measured)} |" in page
+    zoom2 = 1 + measured.index(("zoom", 2.0))
     assert rows["| `rope2d`"].split(" | ")[zoom2].startswith("+20.0 [+20.0, +20.0]")
     shares = {ln.split(" |")[0]: ln.split(" | ") for ln in page.split("## Share of the gap closed")[1].splitlines()
               if ln.startswith("| `")}  # fmt: skip
     gap = (0.99 + 0.98 + 0.99 - 0.60 - 0.70 - 0.65) / 3
     assert shares["| `rope2d`"][zoom2 - 1] == f"{100 * 0.2 / gap:.0f} %"  # the share column list drops 1x
-    assert shares["| `learned`"][multires.COLUMNS.index(("zoom", 0.75))] == "—"  # not measured there
+    assert shares["| `learned`"][zoom2 - 1] == "0 %"  # unchanged by several sizes
     assert "every batch at one of 16, 24, 32, 48 px" in page
     assert "No scheme has two seeds both ways yet." in multires.render(multi, tmp_path, None)

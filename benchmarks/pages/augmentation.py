@@ -8,12 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.pages.common import fill, table
-from benchmarks.pages.frontier import difference_text
+from benchmarks.pages.frontier import COLUMNS, difference_text, measured
 from benchmarks.pages.summary import Study, head, label, study_machines
 from benchmarks.stats import holm, paired
-
-COLUMNS = [("zoom", 1.0), ("zoom", 0.75), ("zoom", 1.5), ("zoom", 2.0), ("zoom", 4.0), ("canvas", 1.5),
-           ("canvas", 2.0), ("canvas", 4.0)]  # fmt: skip
 
 
 def baseline(spec: str, plain: list[Study]) -> Study | None:
@@ -21,13 +18,13 @@ def baseline(spec: str, plain: list[Study]) -> Study | None:
     return next((s for s in plain if spec in s.specs), None)
 
 
-def differences(aug: Study, plain: list[Study]) -> dict:
+def differences(aug: Study, plain: list[Study], columns: list[tuple[str, float]] = COLUMNS) -> dict:
     """(spec, column) -> with minus without, paired by seed, each scheme under its own validation-chosen method in
     each record; Holm-corrected over the page."""
     found = {}
     for spec in aug.specs:
         base = baseline(spec, plain)
-        for column in COLUMNS if base else ():
+        for column in columns if base else ():
             x, y = aug.values(spec, column), base.values(spec, column)
             shared = sorted(set(x) & set(y))
             if len(shared) >= 2:
@@ -49,16 +46,17 @@ def render(data: dict, folder: Path, *plain: dict | None) -> str:
     preference: docs/study.json, docs/frontier.json)."""
     aug = Study(data)
     bases = [Study(p) for p in plain if p]
-    diffs = differences(aug, bases)
-    rows = [[label(s), *(difference_text(diffs.get((s, c))) for c in COLUMNS)] for s in aug.specs]
+    columns = measured(aug, COLUMNS)
+    diffs = differences(aug, bases, columns)
+    rows = [[label(s), *(difference_text(diffs.get((s, c))) for c in columns)] for s in aug.specs]
     return fill(
         "augmentation.md",
         aug=data.get("pos_aug") or "?",
         command=data["command"],
         seeds=", ".join(f"{label(s)} {len(v)}" for s, v in aug.seeds().items()) or "none",
-        table=aug.table(COLUMNS),
+        table=aug.table(columns),
         methods=table(["scheme", "method (val), with", "method (val), without"], method_rows(aug, bases)),
-        differences=table(["with − without (points)", *(head(*c) for c in COLUMNS)], rows)
+        differences=table(["with − without (points)", *(head(*c) for c in columns)], rows)
         if diffs
         else "No scheme has two seeds both with and without augmentation yet.",
         machines=study_machines(data),

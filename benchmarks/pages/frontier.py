@@ -10,7 +10,16 @@ from benchmarks.pages.common import anchors, fill, lines, pct, signed, table
 from benchmarks.pages.summary import Study, cost_line, entropy_table, head, label, study_machines
 from benchmarks.stats import Difference, holm, paired
 
-COLUMNS = [("zoom", 1.0), ("zoom", 0.75), ("zoom", 1.5), ("zoom", 2.0), ("canvas", 1.5), ("canvas", 2.0)]
+# the columns a page shows, of those measured (4x: the study's --far, with each scheme's chosen method)
+COLUMNS = [("zoom", 1.0), ("zoom", 0.75), ("zoom", 1.5), ("zoom", 2.0), ("zoom", 4.0), ("canvas", 1.5),
+           ("canvas", 2.0), ("canvas", 4.0)]  # fmt: skip
+
+
+def measured(study: Study, columns: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """The training-size column and each other column that some scheme has a cell in."""
+    return columns[:1] + [c for c in columns[1:] if any(study.values(s, c) for s in study.specs)]
+
+
 # (a, b): a - b per column; FIRE's claim is the first two (a bias above rotations), string's price the third
 PAIRS = [("fire:patch", "rope2d:patch"), ("fire:patch", "string:patch"), ("string:patch", "rope2d:patch")]
 
@@ -84,7 +93,8 @@ def reproductions(study: Study, main: dict | None) -> str:
 def render(data: dict, folder: Path, main: dict | None = None, cost: dict | None = None) -> str:
     """docs/frontier.md from docs/frontier.json (``main``: docs/study.json; ``cost``: docs/cost.json)."""
     study = Study(data, cost)
-    diffs = differences(study, COLUMNS)
+    columns = measured(study, COLUMNS)
+    diffs = differences(study, columns)
     claim = anchors()["fire_extrapolation"]
     seeds = study.seeds()
     return fill(
@@ -93,8 +103,8 @@ def render(data: dict, folder: Path, main: dict | None = None, cost: dict | None
         seeds=", ".join(f"{label(s)} {len(v)}" for s, v in seeds.items()) or "none",
         sizes=", ".join(data.get("sizes", [])),
         cost=cost_line(cost),
-        table=study.table(COLUMNS),
-        differences=differences_table(study, diffs, COLUMNS) if diffs else "No pair has two shared seeds yet.",
+        table=study.table(columns),
+        differences=differences_table(study, diffs, columns) if diffs else "No pair has two shared seeds yet.",
         claim_source=claim["source"],
         claim_setting=claim["setting"],
         claim_numbers=", ".join(f"`{k}` {v:g} %" for k, v in claim["top1"].items()),

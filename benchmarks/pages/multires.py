@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.pages.augmentation import COLUMNS, differences, method_rows
+from benchmarks.pages.augmentation import differences, method_rows
 from benchmarks.pages.common import fill, table
-from benchmarks.pages.frontier import difference_text
+from benchmarks.pages.frontier import COLUMNS, difference_text, measured
 from benchmarks.pages.summary import Study, head, label, study_machines
 
 MIN_GAP = 0.02  # below 2 points at 1x there is no gap worth a share
@@ -33,22 +33,23 @@ def render(data: dict, folder: Path, plain: dict | None) -> str:
     multi = Study(data)
     single = Study(plain) if plain else None
     bases = [single] if single else []
-    diffs = differences(multi, bases)
-    rows = [[label(s), *(difference_text(diffs.get((s, c))) for c in COLUMNS)] for s in multi.specs]
-    gaps = [[label(s), *(gap_closed(multi, single, s, c) for c in COLUMNS[1:])] for s in multi.specs] if single else []
+    columns = measured(multi, COLUMNS)
+    diffs = differences(multi, bases, columns)
+    rows = [[label(s), *(difference_text(diffs.get((s, c))) for c in columns)] for s in multi.specs]
+    gaps = [[label(s), *(gap_closed(multi, single, s, c) for c in columns[1:])] for s in multi.specs] if single else []
     sizes = data.get("train_resolutions") or []
     return fill(
         "multires.md",
         sizes=", ".join(map(str, sizes)) or "?",
         command=data["command"],
         seeds=", ".join(f"{label(s)} {len(v)}" for s, v in multi.seeds().items()) or "none",
-        table=multi.table(COLUMNS),
+        table=multi.table(columns),
         methods=table(
             ["scheme", "method (val), several sizes", "method (val), 32 px alone"], method_rows(multi, bases)
         ),
-        differences=table(["several sizes − 32 px alone (points)", *(head(*c) for c in COLUMNS)], rows)
+        differences=table(["several sizes − 32 px alone (points)", *(head(*c) for c in columns)], rows)
         if diffs
         else "No scheme has two seeds both ways yet.",
-        gaps=table(["share of the gap closed", *(head(*c) for c in COLUMNS[1:])], gaps) if diffs else None,
+        gaps=table(["share of the gap closed", *(head(*c) for c in columns[1:])], gaps) if diffs else None,
         machines=study_machines(data),
     )
