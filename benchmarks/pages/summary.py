@@ -277,7 +277,7 @@ def plot(study: Study, png: Path) -> None:
                              squeeze=False)  # fmt: skip
     for ax, spec in zip(axes.flat, study.specs, strict=False):
         chosen = study.choices.get(spec, {}).get("method")
-        methods = sorted({m for (s, _, m, _) in study.methods if s == spec}, key=lambda m: m == chosen)
+        methods = sorted({m for (s, _, m, _) in study.methods if s == spec}, key=lambda m: (m == chosen, m))
         for method in methods:  # the chosen one last, on top
             for regime, style in (("zoom", "-"), ("canvas", "--")):
                 pts = sorted((size / study.train, sum(v.values()) / len(v))
