@@ -12,7 +12,7 @@ from helpers import ROOT
 import vitpos
 from benchmarks import stats
 from benchmarks.pages import __main__ as pages
-from benchmarks.pages import augmentation, frontier, multires, protocol, summary
+from benchmarks.pages import augmentation, frontier, multires, protocol, real_data, summary
 
 SEEDS = [0, 1, 2]
 # test top-1 per (scheme, method, regime, size) and seed
@@ -367,3 +367,29 @@ def test_multires_page_pairs_with_the_single_size_runs_and_states_the_share_of_t
     assert shares["| `learned`"][zoom2 - 1] == "0 %"  # unchanged by several sizes
     assert "every batch at one of 16, 24, 32, 48 px" in page
     assert "No scheme has two seeds both ways yet." in multires.render(multi, tmp_path, None)
+
+
+def test_the_real_data_page_derives_its_columns_from_its_sizes_and_pairs_the_rule_with_its_ablation(tmp_path):
+    def fm(top1: dict, specs: tuple[str, ...]) -> dict:
+        records = [{"scheme": s, "stem": "patch", "method": "m", "regime": g, "resolution": r, "split": "test",
+                    "seed": k, "top1": v + 0.01 * k} for (s, g, r), v in top1.items() for k in SEEDS]  # fmt: skip
+        return {"command": "python -m benchmarks.study --config c.yaml", "sizes": ["12", "16", "28"],
+                "budget": {"img_size": 16, "train_limit": 5000}, "records": records,
+                "choices": {f"{s}:patch": {"method": "m"} for s in specs},
+                "runs": [{"spec": f"{s}:patch", "seed": k, "run": f"{s}{k}"}
+                         for s in specs for k in SEEDS]}  # fmt: skip
+
+    on = fm({("learned", "zoom", 16): 0.9, ("learned", "zoom", 28): 0.7, ("learned", "canvas", 28): 0.5,
+             ("rope2d", "zoom", 16): 0.9}, ("learned", "rope2d"))  # fmt: skip
+    assert real_data.columns_of(on) == [("zoom", 1.0), ("zoom", 0.75), ("zoom", 1.75), ("canvas", 1.75)]
+    page = real_data.render(on, tmp_path)
+    assert "| scheme | 1x | method (val) | zoom 1.75x | canvas 1.75x |" in page  # 0.75x has no cell: left out
+    assert "downsampled to 16 px" in page and "native 28 px" in page
+    assert "Not measured yet: no record with the rule off" in page
+    off = fm({("learned", "zoom", 16): 0.8, ("learned", "zoom", 28): 0.7, ("learned", "canvas", 28): 0.6},
+             ("learned",))  # fmt: skip
+    page = real_data.render(on, tmp_path, off)
+    rule = page.split("## Does the position rule carry")[1]
+    row = next(ln for ln in rule.splitlines() if ln.startswith("| `learned`")).split(" | ")
+    assert row[1:] == ["+10.0 [+10.0, +10.0] *", "+0.0 [+0.0, +0.0]", "-10.0 [-10.0, -10.0] * |"]
+    assert "`rope2d`" not in rule  # no run without the rule to pair with

@@ -18,6 +18,7 @@ from benchmarks.pages import (
     performance_compile,
     pos_dynamics,
     protocol,
+    real_data,
     resolution,
     results,
     summary,
@@ -66,6 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     if front is not None:
         (folder / "frontier.md").write_text(frontier.render(front, folder, study, read(folder / "cost.json")))
         print(f"wrote {folder / 'frontier.md'}")
+    real = read(folder / "fashion_mnist_study.json")
+    if real is not None:
+        (folder / "fashion_mnist_study.md").write_text(
+            real_data.render(real, folder, read(folder / "fashion_mnist_rule_off.json"))
+        )
+        print(f"wrote {folder / 'fashion_mnist_study.md'}")
     multi = read(folder / "multires.json")
     if multi is not None:
         (folder / "multires.md").write_text(multires.render(multi, folder, study))
