@@ -136,6 +136,9 @@ def test_the_fashion_mnist_column_is_its_study_at_the_native_size_under_its_own_
     assert s.values("rope2d:patch", ("fmnist", "native")) == {k: 0.80 + 0.01 * k for k in SEEDS}  # test, zoom, 28 px
     assert s.values("learned:patch", ("fmnist", "native")) == {}
     assert s.row("rope2d:patch", summary.COLUMNS)[-1].startswith("81.0 ±")
+    line = next(ln for ln in summary.guide(s) if "real data" in ln)  # its own chosen method, alone in its column
+    assert line.startswith("- **On real data (Fashion-MNIST trained at 16 px, served at its native 28 px)**: `rope2d`")
+    assert "with `extrapolate`, 81.0 ±" in line and "(the only scheme measured)" in line
     page, _ = summary.render(study_json(), tmp_path, fmnist=fm)
     assert "Fashion-MNIST: trained at 16 px (downsampled), tested at its native 28 px" in page
     assert "Fashion-MNIST" not in page.split("Columns not swept yet")[-1].split(".")[0]

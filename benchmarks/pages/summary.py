@@ -25,7 +25,7 @@ README_COLUMNS = [
     ("fmnist", "native"),
 ]
 GUIDE = [("zoom", 1.0), ("zoom", 1.5), ("zoom", 2.0), ("zoom", 4.0), ("canvas", 2.0), ("canvas", 4.0),
-         ("finetune", 2.0)]  # fmt: skip
+         ("finetune", 2.0), ("fmnist", "native")]  # fmt: skip
 
 
 def label(spec: str) -> str:
@@ -99,10 +99,11 @@ class Study:
         present = {r["spec"] for r in data.get("runs", [])}
         self.specs = [s for s in MAIN_RUNS if s in present] + sorted(present - set(MAIN_RUNS))
         self.real = None  # (training size, native size) of the Fashion-MNIST study
+        self.real_choices: dict = {}  # its methods, chosen on its own validation split
         if fmnist and fmnist.get("records"):
             real = Study(fmnist)
             native = max(r["resolution"] for r in fmnist["records"] if r["split"] == "test" and r["regime"] == "zoom")
-            self.real = (real.train, native)
+            self.real, self.real_choices = (real.train, native), real.choices
             for spec in real.specs:
                 self.cells[(spec, "fmnist", "native")] = real.values(spec, ("zoom", native / real.train))
 
@@ -147,14 +148,17 @@ def guide(study: Study) -> list[str]:
     diffs = [next(corrected) if d is not None else None for d in diffs]
     lines = []
     for (column, best, runner), d in zip(picks, diffs, strict=True):
-        what = (
-            "at the training size" if column[1] == 1.0
-            else f"to serve {column[1]:g}x after one epoch of fine-tuning there" if column[0] == "finetune"
-            else f"to serve {column[1]:g}x ({column[0]}) unchanged"
-        )  # fmt: skip
-        method = study.choices.get(best, {}).get("method", "?")
+        if column[0] == "fmnist":
+            what = (
+                f"on real data (Fashion-MNIST trained at {study.real[0]} px, served at its native {study.real[1]} px)"
+            )
+        elif column[0] == "finetune":
+            what = f"to serve {column[1]:g}x after one epoch of fine-tuning there"
+        else:
+            what = "at the training size" if column[1] == 1.0 else f"to serve {column[1]:g}x ({column[0]}) unchanged"
+        method = (study.real_choices if column[0] == "fmnist" else study.choices).get(best, {}).get("method", "?")
         score = cell(list(study.values(best, column).values()))
-        line = f"- **{what.capitalize()}**: {label(best)} with `{method}`, {score} %"
+        line = f"- **{what[0].upper() + what[1:]}**: {label(best)} with `{method}`, {score} %"
         if runner is None:
             lines.append(line + " (the only scheme measured).")
         elif d is None:
