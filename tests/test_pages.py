@@ -346,6 +346,13 @@ def test_augmentation_page_pairs_each_scheme_with_its_runs_without_augmentation_
     assert rows["| `learned`"].split(" | ")[1] == "+0.0 [+0.0, +0.0]"
     assert rows["| `fire`"].split(" | ")[1] == "+10.0 [+10.0, +10.0] *"  # the baseline from the frontier's record
     assert "trained with `--pos-aug shift=0.1`" in page
+    aug["choices"] = aug["choices"] | {"rope2d:patch": {"method": "extrapolate"}}  # validation chose another method
+    page = augmentation.render(aug, tmp_path, plain, front)
+    own, one = page.split("## With minus without, paired by seed")[1].split("## With minus without, under one method")
+    row = next(ln for ln in own.splitlines() if ln.startswith("| `rope2d`")).split(" | ")
+    assert row[2].startswith("-32.7 [")  # zoom 2x: extrapolate with (0.25, 0.35, 0.37), interpolate without
+    row = next(ln for ln in one.splitlines() if ln.startswith("| `rope2d`")).split(" | ")
+    assert row[2] == "+10.0 [-2.4, +22.4]"  # both interpolate: what augmentation alone does
     page = augmentation.render(aug, tmp_path)
     assert "No scheme has two seeds both with and without augmentation yet." in page
 

@@ -18,14 +18,26 @@ def baseline(spec: str, plain: list[Study]) -> Study | None:
     return next((s for s in plain if spec in s.specs), None)
 
 
-def differences(aug: Study, plain: list[Study], columns: list[tuple[str, float]] = COLUMNS) -> dict:
+def method_values(study: Study, spec: str, column: tuple[str, float], method: str) -> dict[int, float]:
+    """Per seed, the test top-1 of ``spec`` in ``column`` under ``method`` (every method is swept below the far
+    sizes, so this need not be the study's chosen one)."""
+    return study.methods.get((spec, column[0], method, round(column[1] * study.train)), {})
+
+
+def differences(aug: Study, plain: list[Study], columns: list[tuple[str, float]] = COLUMNS,
+                same_method: bool = False) -> dict:  # fmt: skip
     """(spec, column) -> with minus without, paired by seed, each scheme under its own validation-chosen method in
-    each record; Holm-corrected over the page."""
+    each record (``same_method``: both under the method chosen without, which isolates what the training change does
+    from a change of method); Holm-corrected over the table."""
     found = {}
     for spec in aug.specs:
         base = baseline(spec, plain)
+        method = base.choices.get(spec, {}).get("method") if base else None
         for column in columns if base else ():
-            x, y = aug.values(spec, column), base.values(spec, column)
+            if same_method:
+                x, y = method_values(aug, spec, column, method), method_values(base, spec, column, method)
+            else:
+                x, y = aug.values(spec, column), base.values(spec, column)
             shared = sorted(set(x) & set(y))
             if len(shared) >= 2:
                 found[(spec, column)] = paired([x[k] for k in shared], [y[k] for k in shared])
@@ -49,6 +61,8 @@ def render(data: dict, folder: Path, *plain: dict | None) -> str:
     columns = measured(aug, COLUMNS)
     diffs = differences(aug, bases, columns)
     rows = [[label(s), *(difference_text(diffs.get((s, c))) for c in columns)] for s in aug.specs]
+    same = differences(aug, bases, columns, same_method=True)
+    same_rows = [[label(s), *(difference_text(same.get((s, c))) for c in columns)] for s in aug.specs]
     return fill(
         "augmentation.md",
         aug=data.get("pos_aug") or "?",
@@ -56,6 +70,7 @@ def render(data: dict, folder: Path, *plain: dict | None) -> str:
         seeds=", ".join(f"{label(s)} {len(v)}" for s, v in aug.seeds().items()) or "none",
         table=aug.table(columns),
         methods=table(["scheme", "method (val), with", "method (val), without"], method_rows(aug, bases)),
+        same=table(["with − without, one method (points)", *(head(*c) for c in columns)], same_rows) if same else None,
         differences=table(["with − without (points)", *(head(*c) for c in columns)], rows)
         if diffs
         else "No scheme has two seeds both with and without augmentation yet.",

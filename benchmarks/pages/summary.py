@@ -89,6 +89,8 @@ class Study:
                     continue  # a control of an earlier choice
                 self.controls[(spec, r["control"], r["resolution"] / self.train)][r["seed"]] = r["top1"]
                 continue
+            if r.get("pool", "all") != "all" or r.get("logit_scaling", "none") != "none":
+                continue  # a control's evaluation without its name: never a cell
             spec = f"{r['scheme']}:{r['stem']}"
             factor = r["resolution"] / self.train if isinstance(r["resolution"], int) else None
             self.methods[(spec, r["regime"], r["method"], r["resolution"])][r["seed"]] = r["top1"]
