@@ -118,7 +118,7 @@ def test_the_fine_tuned_column_and_guide_line_read_the_fine_tuned_runs_only(tmp_
     assert f"Holm p = {d.p_holm:.3g}" in line
     page, block = summary.render(data, tmp_path)
     assert "fine-tuned 2x" not in page.split("Columns not swept yet")[-1].split(".")[0]
-    assert "seeds fine-tuned: 0, 1, 2." in page and "--init-from ... --epochs 1" in page
+    assert "seeds fine-tuned per scheme: `learned` 3, `rope2d` 3." in page and "--init-from ... --epochs 1" in page
     assert block.splitlines()[0].endswith("| fine-tuned 2x | Fashion-MNIST |")
 
 

@@ -341,9 +341,12 @@ def coverage(study: Study) -> str:
     far = f"; {', '.join(far)} px on test with the chosen method only" if far else ""
     tuned = study.data.get("finetune")
     recipe = " ".join(study.data.get("finetune_recipe", []))
+    done: dict[str, set[int]] = defaultdict(set)
+    for f in study.data.get("finetuned", []):
+        done[f["spec"]].add(f["seed"])
     tuned = (f" Fine-tuned: one more epoch at {', '.join(tuned)} px from each run's last checkpoint (`train.py "
-             f"--init-from ... {recipe}`), then tested there; seeds fine-tuned: "
-             f"{', '.join(map(str, sorted({f['seed'] for f in study.data.get('finetuned', [])}))) or 'none'}."
+             f"--init-from ... {recipe}`), then tested there; seeds fine-tuned per scheme: "
+             f"{', '.join(f'{label(s)} {len(done[s])}' for s in study.specs if done[s]) or 'none'}."
              if tuned else "")  # fmt: skip
     real = ""
     if study.real:
