@@ -98,7 +98,7 @@ def test_summary_page_has_its_table_figure_and_missing_columns(tmp_path):
 
 def test_the_fine_tuned_column_and_guide_line_read_the_fine_tuned_runs_only(tmp_path):
     data = study_json() | {"finetune": ["64"], "finetune_recipe": ["--epochs", "1"]}
-    data["finetuned"] = [{"spec": f"{s}:patch", "seed": k, "size": 64, "top1": v}
+    data["finetuned"] = [{"spec": f"{s}:patch", "seed": k, "size": 64, "top1": v, "commit": "ft1"}
                          for s, vals in (("rope2d", [0.90, 0.92, 0.94]), ("learned", [0.80, 0.81, 0.83]))
                          for k, v in zip(SEEDS, vals, strict=True)]  # fmt: skip
     s = summary.Study(data)
@@ -119,6 +119,7 @@ def test_the_fine_tuned_column_and_guide_line_read_the_fine_tuned_runs_only(tmp_
     page, block = summary.render(data, tmp_path)
     assert "fine-tuned 2x" not in page.split("Columns not swept yet")[-1].split(".")[0]
     assert "seeds fine-tuned per scheme: `learned` 3, `rope2d` 3." in page and "--init-from ... --epochs 1" in page
+    assert "- fine-tuning runs: ? (?), torch ?, commit ft1" in page  # where they trained
     assert block.splitlines()[0].endswith("| fine-tuned 2x | Fashion-MNIST |")
 
 

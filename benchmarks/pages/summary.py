@@ -326,7 +326,12 @@ def plot(study: Study, png: Path) -> None:
 def study_machines(data: dict) -> str:
     """Where a study's runs trained, its cells were swept and its entropy measured: one line per distinct
     machine, device, commit and torch."""
-    parts = (("training runs", "runs"), ("sweeps", "records"), ("attention entropy", "entropy"))
+    parts = (
+        ("training runs", "runs"),
+        ("sweeps", "records"),
+        ("attention entropy", "entropy"),
+        ("fine-tuning runs", "finetuned"),
+    )
     return "\n".join(f"- {what}: {m}" for what, key in parts for m in machines(data.get(key, []))) or "- none"
 
 
