@@ -341,7 +341,8 @@ def coverage(study: Study) -> str:
     want = study.data.get("seeds", [])
     parts = [f"{label(s)} {len(v)}" for s, v in seeds.items()]
     swept = {r["seed"] for r in study.data.get("records", []) if r["split"] == "test"}
-    of = f" of the {len(want)} the study asks for" if want else ""
+    # the last command's --seeds (a pass that fine-tunes some seeds asks for fewer than the runs hold)
+    of = f" of the {len(want)} the study asks for" if want and all(len(v) <= len(want) for v in seeds.values()) else ""
     far = study.data.get("far")
     far = f"; {', '.join(far)} px on test with the chosen method only" if far else ""
     tuned = study.data.get("finetune")
