@@ -5,8 +5,11 @@ Units are runs (seeds), not images: a seed's top-1 is one observation. A single-
 mean's interval: comparisons need at least two runs on each side (two pairs when paired). A verdict is "above" or
 "below" where the Holm-adjusted p-value over the page's comparisons is below ``ALPHA``; otherwise the difference is
 "not separated", which says the runs cannot tell, never that there is no effect: its interval says how large an
-effect they leave possible. The pages of docs/results.json, resolution.json and fashion_mnist.json judge by a plainer
-rule, uncorrected: "A beats B" only where the two means' intervals are disjoint (``separated``).
+effect they leave possible. Once a page's comparisons are corrected together, each interval is widened to
+Bonferroni's level, 1 - ALPHA / m for m comparisons, so that all of them hold together at 95 %. An interval that
+excludes zero is then always separated by Holm (which is never less powerful than Bonferroni); Holm may also separate a
+difference whose interval just touches zero. The pages of docs/results.json, resolution.json and fashion_mnist.json
+judge by a plainer rule, uncorrected: "A beats B" only where the two means' intervals are disjoint (``separated``).
 """
 
 from __future__ import annotations
@@ -44,8 +47,9 @@ def separated(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> b
 @dataclass(frozen=True)
 class Difference:
     """a - b over runs: the mean difference, its interval, the p-value (two-sided) and, once a page's comparisons are
-    corrected together, the Holm-adjusted p-value. ``kind`` says which test: paired t over matched runs, or Welch's t
-    over independent ones."""
+    corrected together, the Holm-adjusted p-value and an interval widened to hold for all of them at once (``level``,
+    Bonferroni). ``kind`` says which test: paired t over matched runs, or Welch's t over independent ones; ``se`` and
+    ``dof`` are its standard error and degrees of freedom, which the widening needs."""
 
     diff: float
     low: float
@@ -54,7 +58,10 @@ class Difference:
     n_a: int
     n_b: int
     kind: str
+    se: float
+    dof: float
     p_holm: float | None = None
+    level: float = LEVEL
 
     @property
     def verdict(self) -> str:
@@ -72,9 +79,12 @@ def paired(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Diff
         raise ValueError(f"a paired difference needs two or more matched pairs, got {len(a)} and {len(b)}")
     d = [x - y for x, y in zip(a, b, strict=True)]
     m, lo, hi = mean_ci(d, level)
+    n = len(d)
     if all(v == d[0] for v in d):  # no spread: the interval is the point, and the test is decided by the sign
-        return Difference(m, m, m, 1.0 if m == 0 else 0.0, len(a), len(b), "paired t")
-    return Difference(m, lo, hi, float(sp.ttest_rel(a, b).pvalue), len(a), len(b), "paired t")
+        return Difference(m, m, m, 1.0 if m == 0 else 0.0, n, n, "paired t", 0.0, n - 1, level=level)
+    se = math.sqrt(sum((v - m) ** 2 for v in d) / (n - 1) / n)
+    p = float(sp.ttest_rel(a, b).pvalue)
+    return Difference(m, lo, hi, p, n, n, "paired t", se, n - 1, level=level)
 
 
 def welch(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Difference:
@@ -86,15 +96,16 @@ def welch(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Diffe
     vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
     d = ma - mb
     if va + vb == 0:
-        return Difference(d, d, d, 1.0 if d == 0 else 0.0, len(a), len(b), "Welch t")
+        return Difference(d, d, d, 1.0 if d == 0 else 0.0, len(a), len(b), "Welch t", 0.0, 1.0, level=level)
     dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     h = sp.t.ppf(0.5 + level / 2, dof) * math.sqrt(va + vb)
     p = float(sp.ttest_ind(a, b, equal_var=False).pvalue)
-    return Difference(d, d - h, d + h, p, len(a), len(b), "Welch t")
+    return Difference(d, d - h, d + h, p, len(a), len(b), "Welch t", math.sqrt(va + vb), dof, level=level)
 
 
 def holm(diffs: Sequence[Difference]) -> list[Difference]:
-    """The differences with ``p_holm`` set: Holm's step-down adjustment over all of them (one page's family)."""
+    """The differences with ``p_holm`` set, Holm's step-down adjustment over all of them (one page's family), and
+    each interval widened to Bonferroni's level 1 - ALPHA / m, so that the intervals hold together."""
     m = len(diffs)
     order = sorted(range(m), key=lambda i: diffs[i].p)
     adjusted = [0.0] * m
@@ -102,7 +113,11 @@ def holm(diffs: Sequence[Difference]) -> list[Difference]:
     for rank, i in enumerate(order):
         running = max(running, min(1.0, (m - rank) * diffs[i].p))
         adjusted[i] = running
-    return [replace(d, p_holm=p) for d, p in zip(diffs, adjusted, strict=True)]
+    level = 1 - ALPHA / max(m, 1)
+    q = 0.5 + level / 2
+    return [replace(d, p_holm=p, low=d.diff - sp.t.ppf(q, d.dof) * d.se, high=d.diff + sp.t.ppf(q, d.dof) * d.se,
+                    level=level)
+            for d, p in zip(diffs, adjusted, strict=True)]  # fmt: skip
 
 
 def wilson(correct: int, total: int, level: float = LEVEL) -> tuple[float, float]:

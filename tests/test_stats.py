@@ -44,20 +44,41 @@ def test_a_single_run_is_never_compared_with_a_mean():
 
 def test_holm_adjusts_step_down_and_never_below_the_raw_p():
     ps = [0.01, 0.04, 0.03, 0.005]
-    diffs = [stats.Difference(1.0, 0.5, 1.5, p, 3, 3, "paired t") for p in ps]
+    diffs = [stats.Difference(1.0, 0.5, 1.5, p, 3, 3, "paired t", 0.1, 2) for p in ps]
     adjusted = [d.p_holm for d in stats.holm(diffs)]
     # sorted p: .005 (x4 = .02), .01 (x3 = .03), .03 (x2 = .06), .04 (x1 = .04 -> kept monotone at .06)
     assert adjusted == pytest.approx([0.03, 0.06, 0.06, 0.02])
     rng = random.Random(0)
-    many = [stats.Difference(1.0, 0, 2, rng.random(), 3, 3, "paired t") for _ in range(20)]
+    many = [stats.Difference(1.0, 0, 2, rng.random(), 3, 3, "paired t", 0.2, 2) for _ in range(20)]
     for raw, adj in zip(many, stats.holm(many), strict=True):
         assert raw.p <= adj.p_holm <= 1
 
 
+def test_corrected_intervals_are_bonferronis_and_never_contradict_the_verdict():
+    """After the correction, an interval that excludes zero is always separated (never "+0.5 [+0.1, +1.0], not
+    separated"), and it is the t-interval at level 1 - 0.05 / m around the same mean."""
+    rng = random.Random(1)
+    shifts = (0, 0.5, 1, 1.5, 3) * 2
+    pairs = [([rng.gauss(s, 1) for _ in range(5)], [rng.gauss(0, 1) for _ in range(5)]) for s in shifts]
+    raw = [stats.paired(a, b) for a, b in pairs]
+    corrected = stats.holm(raw)
+    assert len({d.verdict for d in corrected}) > 1  # the family mixes separated and not
+    for r, c, (a, b) in zip(raw, corrected, pairs, strict=True):
+        assert c.low <= r.low <= r.diff <= r.high <= c.high
+        assert c.level == pytest.approx(1 - 0.05 / len(pairs))
+        wide = stats.paired(a, b, level=c.level)
+        assert (c.low, c.high) == pytest.approx((wide.low, wide.high))
+        if c.low > 0 or c.high < 0:
+            assert c.verdict != "not separated"
+    a, b = [1, 2, 3], [0, 0.5, 0.7, 0.2]
+    w = stats.holm([stats.welch(a, b), stats.welch([1, 2], [2, 3])])[0]
+    assert (w.low, w.high) == pytest.approx((stats.welch(a, b, w.level).low, stats.welch(a, b, w.level).high))
+
+
 def test_verdict_follows_the_corrected_p_and_the_sign():
-    d = stats.Difference(2.0, 0.1, 3.9, 0.01, 5, 5, "paired t")
+    d = stats.Difference(2.0, 0.1, 3.9, 0.01, 5, 5, "paired t", 0.7, 4)
     assert d.verdict == "above"
-    assert stats.Difference(-2.0, -3.9, -0.1, 0.01, 5, 5, "paired t").verdict == "below"
+    assert stats.Difference(-2.0, -3.9, -0.1, 0.01, 5, 5, "paired t", 0.7, 4).verdict == "below"
     corrected = stats.holm([d] * 10)[0]  # ten such comparisons: .01 x 10 = .1
     assert corrected.verdict == "not separated"
 
