@@ -392,12 +392,51 @@ def test_multires_page_pairs_with_the_single_size_runs_and_states_the_share_of_t
     assert "No scheme has two seeds both ways yet." in multires.render(multi, tmp_path, None)
 
 
+MODEL = {"embed_dim": 32, "depth": 2, "num_heads": 2, "patch_size": 4}
+
+
+def test_the_real_data_page_holds_the_published_small_vit_ordering_pair_by_pair(tmp_path):
+    """relbias > rope2d > learned > sincos2d > none (docs/anchors.yaml): each neighbour pair paired by seed at the
+    training size, one verdict each; the model's parameters counted from the budget."""
+    top1 = {
+        "relbias": [0.95, 0.96, 0.97],
+        "rope2d": [0.90, 0.91, 0.92],  # +5 every seed: agrees
+        "learned": [0.93, 0.94, 0.95],  # rope2d 3 below on every seed: disagrees
+        "sincos2d": [0.93, 0.90, 0.96],
+        "none": [0.50, 0.52],
+    }  # noisy: not separated; none has two seeds
+    records = [{"scheme": s, "stem": "patch", "method": "none", "regime": "zoom", "resolution": 16, "split": "test",
+                "seed": k, "top1": v} for s, vals in top1.items() for k, v in enumerate(vals)]  # fmt: skip
+    data = {
+        "command": "c",
+        "sizes": ["16"],
+        "budget": {"img_size": 16, **MODEL},
+        "records": records,
+        "choices": {f"{s}:patch": {"method": "none"} for s in top1},
+        "runs": [{"spec": f"{s}:patch", "seed": k, "run": "r"} for s, v in top1.items() for k in range(len(v))],
+    }
+    section = real_data.render(data, tmp_path).split("## A published ordering")[1].split("##")[0]
+    lines = [ln for ln in section.splitlines() if ln.startswith("- ")]
+    assert [ln.split(":")[0] for ln in lines] == [
+        "- `relbias` above `rope2d`",
+        "- `rope2d` above `learned`",
+        "- `learned` above `sincos2d`",
+        "- `sincos2d` above `none`",
+    ]
+    assert lines[0].startswith("- `relbias` above `rope2d`: agrees, +5.0 [+5.0, +5.0]")
+    assert lines[1].startswith("- `rope2d` above `learned`: disagrees, -3.0")
+    assert "not separated" in lines[2] and "(paired over 2 seeds" in lines[3]
+    assert "s-chh/2D-Positional-Encoding-Vision-Transformer" in section and "0.82M" in section
+    assert "(32 wide, 2 blocks, 2 heads, 0.03M parameters" in section
+    assert "Measured order of the means here: `relbias` 96.0 > `learned` 94.0 > `sincos2d` 93.0" in section
+
+
 def test_the_real_data_page_derives_its_columns_from_its_sizes_and_pairs_the_rule_with_its_ablation(tmp_path):
     def fm(top1: dict, specs: tuple[str, ...]) -> dict:
         records = [{"scheme": s, "stem": "patch", "method": "m", "regime": g, "resolution": r, "split": "test",
                     "seed": k, "top1": v + 0.01 * k} for (s, g, r), v in top1.items() for k in SEEDS]  # fmt: skip
         return {"command": "python -m benchmarks.study --config c.yaml", "sizes": ["12", "16", "28"],
-                "budget": {"img_size": 16, "train_limit": 5000}, "records": records,
+                "budget": {"img_size": 16, "train_limit": 5000, **MODEL}, "records": records,
                 "choices": {f"{s}:patch": {"method": "m"} for s in specs},
                 "runs": [{"spec": f"{s}:patch", "seed": k, "run": f"{s}{k}"}
                          for s in specs for k in SEEDS]}  # fmt: skip
@@ -412,7 +451,7 @@ def test_the_real_data_page_derives_its_columns_from_its_sizes_and_pairs_the_rul
     off = fm({("learned", "zoom", 16): 0.8, ("learned", "zoom", 28): 0.7, ("learned", "canvas", 28): 0.6},
              ("learned",))  # fmt: skip
     page = real_data.render(on, tmp_path, off)
-    rule = page.split("## Does the position rule carry")[1]
+    rule = page.split("## Does the position rule carry")[1].split("## A published ordering")[0]
     row = next(ln for ln in rule.splitlines() if ln.startswith("| `learned`")).split(" | ")
     assert row[1:] == ["+10.0 [+10.0, +10.0] *", "+0.0 [+0.0, +0.0]", "-10.0 [-10.0, -10.0] * |"]
     assert "`rope2d`" not in rule  # no run without the rule to pair with

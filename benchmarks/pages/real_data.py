@@ -9,9 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.pages.augmentation import differences, method_rows
-from benchmarks.pages.common import fill, table
+from benchmarks.pages.common import anchors, fill, pct, signed, table
 from benchmarks.pages.frontier import difference_text, measured
 from benchmarks.pages.summary import Study, head, label, study_machines
+from benchmarks.stats import holm, paired
 
 
 def columns_of(data: dict) -> list[tuple[str, float]]:
@@ -35,6 +36,47 @@ def rule_section(on: Study, off: Study | None, columns: list[tuple[str, float]])
     return table(["rule on − off (points)", *(head(*c) for c in columns)], rows)
 
 
+def parameters(budget: dict) -> int:
+    """The parameter count of the study's model without position parameters (`none`), built as it trained."""
+    from vitpos.model import create_model
+
+    size = {k: budget[k] for k in ("img_size", "patch_size", "embed_dim", "depth", "num_heads")}
+    model = create_model("none", num_classes=10, **size)
+    return sum(p.numel() for p in model.parameters())
+
+
+def ordering_section(study: Study) -> str:
+    """The small-ViT ordering published on CIFAR-10 (docs/anchors.yaml, ``small_data_cifar``) held at the training size
+    here: each published neighbour pair, the higher minus the lower, paired by seed and Holm-corrected together."""
+    ref = anchors()["small_data_cifar"]
+    published = sorted(ref["cifar10"], key=ref["cifar10"].get, reverse=True)
+    specs = [f"{ref['schemes'][name]}:patch" for name in published]
+    top1 = {spec: study.values(spec, ("zoom", 1.0)) for spec in specs}
+    found = {}
+    for a, b in zip(specs, specs[1:]):
+        shared = sorted(set(top1[a]) & set(top1[b]))
+        if len(shared) >= 2:
+            found[(a, b)] = paired([top1[a][k] for k in shared], [top1[b][k] for k in shared])
+    claim = " > ".join(f"{label(spec)} {ref['cifar10'][name]:g}" for name, spec in zip(published, specs, strict=True))
+    budget = study.data["budget"]
+    out = [f"{ref['source']} ({ref['setting']}) reports on CIFAR-10: {claim}. Here, at the training size with a "
+           f"model of a matching size ({budget['embed_dim']} wide, {budget['depth']} blocks, "
+           f"{budget['num_heads']} heads, {parameters(budget) / 1e6:.2f}M parameters against the published "
+           f"{ref['params'] / 1e6:.2f}M), each published neighbour pair, the first minus the second, paired by seed, "
+           "with the interval widened over these comparisons (Bonferroni) and verdicts by Holm:", ""]  # fmt: skip
+    measured_order = sorted((s for s in specs if top1[s]), key=lambda s: -sum(top1[s].values()) / len(top1[s]))
+    for (a, b), d in zip(found, holm(list(found.values())), strict=True):
+        verdict = {"above": "agrees", "below": "disagrees"}.get(d.verdict, "not separated (the runs cannot tell)")
+        out.append(f"- {label(a)} above {label(b)}: {verdict}, {signed(d.diff)} [{signed(d.low)}, {signed(d.high)}] "
+                   f"points (paired over {d.n_a} seeds, Holm p = {d.p_holm:.3g}).")  # fmt: skip
+    if not found:
+        out.append("- No published neighbour pair has two shared seeds yet.")
+    if measured_order:
+        means = [f"{label(s)} {pct(sum(top1[s].values()) / len(top1[s]))}" for s in measured_order]
+        out += ["", f"Measured order of the means here: {' > '.join(means)}."]
+    return "\n".join(out)
+
+
 def render(data: dict, folder: Path, off: dict | None = None) -> str:
     """docs/fashion_mnist_study.md from docs/fashion_mnist_study.json (``off``: the same study with the rule off)."""
     study = Study(data)
@@ -51,5 +93,6 @@ def render(data: dict, folder: Path, off: dict | None = None) -> str:
         table=study.table(columns),
         methods=table(["scheme", "method (val)"], [row[:2] for row in method_rows(study, [])]),
         rule=rule_section(study, Study(off) if off else None, columns),
+        ordering=ordering_section(study),
         machines=study_machines(data),
     )
