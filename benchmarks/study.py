@@ -47,6 +47,7 @@ import math
 import os
 import sys
 from collections import defaultdict
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache, partial
 from pathlib import Path
@@ -315,17 +316,22 @@ def main(argv: list[str] | None = None) -> int:
         records.extend(r | stamp | {"sweep": sweep, "seed": run["seed"], "run": run["run"]} for r in fresh)
         save()
 
+    def trained(chosen: bool = False) -> Iterator[tuple[dict, Path, str, str | None]]:
+        """Each run with a last checkpoint (``chosen``: and a method chosen for its scheme): the run, the checkpoint,
+        its SHA-256 and that method."""
+        for run in list(runs.values()):
+            ckpt = ROOT / run["run"] / "checkpoints" / "last.ckpt"
+            method = choices.get(run["spec"], {}).get("method")
+            if ckpt.is_file() and (method is not None or not chosen):
+                yield run, ckpt, fingerprint(ckpt), method
+
     # 2-4. validation sweep, choice, test sweep; each checkpoint once per (sha, split, sizes, limit)
     for split, limit in (("val", args.val_limit), ("test", None)):
         if split == "test":
             choices = choose_methods(records, cfg.model.img_size)
             save()  # the choice is on disk before test is read
-        for run in runs.values():
-            ckpt = ROOT / run["run"] / "checkpoints" / "last.ckpt"
-            if not ckpt.is_file():
-                continue
-            sweep = {"split": split, "sizes": args.sizes, "limit": limit}
-            record(run, ckpt, fingerprint(ckpt), sweep, split, args.sizes, limit)
+        for run, ckpt, sha, _ in trained():
+            record(run, ckpt, sha, {"split": split, "sizes": args.sizes, "limit": limit}, split, args.sizes, limit)
 
     # the records of an earlier choice's method (controls, far sizes) go: a page reads the current choice only
     stale = [
@@ -337,33 +343,19 @@ def main(argv: list[str] | None = None) -> int:
 
     # 5. the canvas controls, above the training size, with each scheme's chosen method
     above = [s for s in args.sizes if int(s) > cfg.model.img_size]
-    for run in runs.values() if args.controls and above else ():
-        ckpt = ROOT / run["run"] / "checkpoints" / "last.ckpt"
-        method = choices.get(run["spec"], {}).get("method")
-        if not ckpt.is_file() or method is None:
-            continue
-        sha = fingerprint(ckpt)
+    for run, ckpt, sha, method in trained(chosen=True) if args.controls and above else ():
         for name, control in CONTROLS.items():
             sweep = {"split": "test", "sizes": above, "limit": None, "control": name, "method": method}
             record(run, ckpt, sha, sweep, "test", above, None, [method], ("canvas",),
                    extra={"control": name}, **control)  # fmt: skip
 
     # 6. the far sizes: test, the chosen method only
-    for run in runs.values() if args.far else ():
-        ckpt = ROOT / run["run"] / "checkpoints" / "last.ckpt"
-        method = choices.get(run["spec"], {}).get("method")
-        if not ckpt.is_file() or method is None:
-            continue
+    for run, ckpt, sha, method in trained(chosen=True) if args.far else ():
         sweep = {"split": "test", "sizes": args.far, "limit": None, "method": method}
-        record(run, ckpt, fingerprint(ckpt), sweep, "test", args.far, None, [method])
+        record(run, ckpt, sha, sweep, "test", args.far, None, [method])
 
     # 7. attention entropy at each size and regime, with each scheme's chosen method
-    for run in runs.values():
-        ckpt = ROOT / run["run"] / "checkpoints" / "last.ckpt"
-        method = choices.get(run["spec"], {}).get("method")
-        if not ckpt.is_file() or method is None:
-            continue
-        sha = fingerprint(ckpt)
+    for run, ckpt, sha, method in trained(chosen=True):
         key = {"sizes": args.sizes + list(args.far), "method": method}
         if any(e.get("ckpt_sha256") == sha and e.get("sweep") == key for e in entropy):
             continue
@@ -374,11 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         save()
 
     # 8. the patch-shuffle test at the training size
-    for run in runs.values():
-        ckpt = ROOT / run["run"] / "checkpoints" / "last.ckpt"
-        if not ckpt.is_file():
-            continue
-        sha = fingerprint(ckpt)
+    for run, ckpt, sha, _ in trained():
         if any(e.get("ckpt_sha256") == sha for e in shuffle):
             continue
         stamp = provenance() | {"ckpt_sha256": sha, "train_commit": run.get("commit"), "spec": run["spec"],
@@ -387,12 +375,8 @@ def main(argv: list[str] | None = None) -> int:
         save()
 
     # 9. fine-tuned at each --finetune size, seed by seed, then tested there (train.py's own test)
-    def finetune(job: tuple[dict, str]) -> dict | None:
-        run, size = job
-        ckpt = ROOT / run["run"] / "checkpoints" / "last.ckpt"
-        if not ckpt.is_file():
-            return None
-        sha = fingerprint(ckpt)
+    def finetune(job: tuple[dict, Path, str, str]) -> dict | None:
+        run, ckpt, sha, size = job
         if any(f["from_sha256"] == sha and f["size"] == int(size) and f["recipe"] == FINETUNE for f in finetuned):
             return None
         flags = [*data_flags, "--init-from", str(ckpt), "--img-size", size, "--seed", str(run["seed"]), *FINETUNE]
@@ -402,9 +386,10 @@ def main(argv: list[str] | None = None) -> int:
                 "from_sha256": sha, "top1": res["test_top1"], "finetune_run": res["run"], **made}  # fmt: skip
 
     # fine-tuning is training: the runs of --seeds, as step 1 trains them
-    order = sorted((r for r in runs.values() if r["seed"] in args.seeds), key=lambda r: (r["seed"], r["spec"]))
+    order = sorted((t for t in trained() if t[0]["seed"] in args.seeds), key=lambda t: (t[0]["seed"], t[0]["spec"]))
+    tunes = [(run, ckpt, sha, size) for run, ckpt, sha, _ in order for size in args.finetune]
     with ThreadPoolExecutor(args.jobs) as pool:
-        for row in pool.map(finetune, [(run, size) for run in order for size in args.finetune]):
+        for row in pool.map(finetune, tunes):
             if row is not None:
                 finetuned[:] = [f for f in finetuned if (f["run"], f["size"]) != (row["run"], row["size"])] + [row]
                 save()
