@@ -13,9 +13,9 @@ from benchmarks.pages.summary import Study, head, label, study_machines
 from benchmarks.stats import holm, paired
 
 
-def baseline(spec: str, plain: list[Study]) -> Study | None:
-    """The first record without augmentation that holds ``spec``'s runs."""
-    return next((s for s in plain if spec in s.specs), None)
+def baseline(spec: str, baselines: list[Study]) -> Study | None:
+    """The first baseline record (the runs without the training change) that holds ``spec``'s runs."""
+    return next((s for s in baselines if spec in s.specs), None)
 
 
 def method_values(study: Study, spec: str, column: tuple[str, float], method: str) -> dict[int, float]:
@@ -24,32 +24,34 @@ def method_values(study: Study, spec: str, column: tuple[str, float], method: st
     return study.methods.get((spec, column[0], method, round(column[1] * study.train)), {})
 
 
-def differences(aug: Study, plain: list[Study], columns: list[tuple[str, float]] = COLUMNS,
+def differences(variant: Study, baselines: list[Study], columns: list[tuple[str, float]] = COLUMNS,
                 same_method: bool = False) -> dict:  # fmt: skip
-    """(spec, column) -> with minus without, paired by seed, each scheme under its own validation-chosen method in
-    each record (``same_method``: both under the method chosen without, which isolates what the training change does
-    from a change of method); Holm-corrected over the table."""
+    """(spec, column) -> the runs of a training change (position augmentation, several sizes, the position rule)
+    minus the same scheme's runs without it, paired by seed, each side under its own validation-chosen method
+    (``same_method``: both under the baseline's, which isolates what the training change does from a change of
+    method); Holm-corrected over the table."""
     found = {}
-    for spec in aug.specs:
-        base = baseline(spec, plain)
+    for spec in variant.specs:
+        base = baseline(spec, baselines)
         method = base.choices.get(spec, {}).get("method") if base else None
         for column in columns if base else ():
             if same_method:
-                x, y = method_values(aug, spec, column, method), method_values(base, spec, column, method)
+                x, y = method_values(variant, spec, column, method), method_values(base, spec, column, method)
             else:
-                x, y = aug.values(spec, column), base.values(spec, column)
+                x, y = variant.values(spec, column), base.values(spec, column)
             shared = sorted(set(x) & set(y))
             if len(shared) >= 2:
                 found[(spec, column)] = paired([x[k] for k in shared], [y[k] for k in shared])
     return dict(zip(found, holm(list(found.values())), strict=True))
 
 
-def method_rows(aug: Study, plain: list[Study]) -> list[list[str]]:
+def method_rows(variant: Study, baselines: list[Study]) -> list[list[str]]:
+    """Per scheme: the method validation chose with the training change, and without it."""
     rows = []
-    for spec in aug.specs:
-        base = baseline(spec, plain)
+    for spec in variant.specs:
+        base = baseline(spec, baselines)
         without = base.choices.get(spec, {}).get("method", "—") if base else "—"
-        rows.append([label(spec), f"`{aug.choices.get(spec, {}).get('method', '—')}`", f"`{without}`"])
+        rows.append([label(spec), f"`{variant.choices.get(spec, {}).get('method', '—')}`", f"`{without}`"])
     return rows
 
 
