@@ -1,5 +1,7 @@
 """Shared small fixtures: a seeded RNG and a factory for tiny ViTs (fast on 2 CPU cores)."""
 
+import os
+
 import pytest
 import torch
 
@@ -8,6 +10,13 @@ from vitpos.pos.base import PosScheme
 
 # Training grid 8x8 (32 px, patch 4); head_dim 8, so rope2d has 2 frequencies per axis.
 TINY = dict(img_size=32, patch_size=4, embed_dim=32, depth=2, num_heads=4, num_classes=5)
+
+
+def pytest_configure(config):
+    """Under xdist, each worker gets its share of the cores, so that the workers do not spin-wait on each other."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 @pytest.fixture(autouse=True)
