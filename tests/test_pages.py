@@ -189,6 +189,20 @@ def test_a_default_that_differs_from_validations_choice_is_numbered_with_its_rea
     assert "| `rope2d:patch` | `interpolate` | `interpolate` |" in text
 
 
+def test_a_scheme_no_study_has_swept_is_listed_as_not_chosen_on_validation():
+    """Every registry scheme with more than one method is either in a study's choices or in the "not chosen" list,
+    with its default; a scheme with one method has nothing to choose."""
+    from vitpos.pos import POS_SCHEMES
+
+    text = protocol.method_table(study_json())  # rope2d and learned chosen
+    unchosen = text.split("not a measured choice")[1]
+    listed = {line.split(" | ")[0].strip("| `") for line in unchosen.splitlines() if line.startswith("| `")}
+    several = {pos for pos in POS_SCHEMES if len(protocol.methods_of(f"{pos}:patch")[1]) > 1}
+    assert listed == several - {"rope2d"}
+    assert "| `sincos2d` | `interpolate` | `interpolate`, `extrapolate` |" in unchosen
+    assert "`learned`" not in unchosen and "`none`" not in unchosen  # one method each
+
+
 @pytest.mark.parametrize("study", ["study", "frontier"])
 def test_every_schemes_default_transfer_method_is_the_one_validation_chose(study):
     """The studies' choices (docs/study.json, docs/frontier.json; made on validation) are what vitpos serves a new grid

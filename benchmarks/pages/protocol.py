@@ -16,14 +16,36 @@ def rule_text(rule: dict) -> str:
     return f"lr x{rule['pos_lr_scale']:g}, {decay}, {ramp}"
 
 
-def default_method(spec: str) -> str:
-    """The transfer method a POS:STEM model serves a new grid with unless told otherwise (vitpos's default)."""
+def methods_of(spec: str) -> tuple[str, tuple[str, ...]]:
+    """(vitpos's default transfer method, every method) of a POS:STEM model."""
     import vitpos
 
     pos, _, stem = spec.partition(":")
     model = vitpos.create_model(pos, stem=stem or "patch", img_size=8, patch_size=4, embed_dim=16, depth=1,
                                 num_heads=2)  # fmt: skip
-    return model.pos.method
+    return model.pos.method, tuple(model.pos.methods)
+
+
+def default_method(spec: str) -> str:
+    """The transfer method a POS:STEM model serves a new grid with unless told otherwise (vitpos's default)."""
+    return methods_of(spec)[0]
+
+
+def unchosen(choices: dict) -> str:
+    """The registry's schemes with a choice of method that no study has swept on validation: their default is not a
+    measured choice yet, and the page says so."""
+    from vitpos.pos import POS_SCHEMES
+
+    rows = []
+    for pos in POS_SCHEMES:
+        default, methods = methods_of(f"{pos}:patch")
+        if f"{pos}:patch" not in choices and len(methods) > 1:
+            rows.append([f"`{pos}`", f"`{default}`", ", ".join(f"`{m}`" for m in methods)])
+    if not rows:
+        return ""
+    return ("No study has swept these schemes on validation yet, so their default is not a measured choice: each keeps "
+            "the one it was given when it was added ([schemes.md](schemes.md)) until a sweep chooses.\n\n"
+            + table(["scheme", "vitpos's default (not chosen on validation)", "methods"], rows))  # fmt: skip
 
 
 # Where vitpos's default differs from the validation choice, and why: the method validation chose (so that a new
@@ -51,7 +73,7 @@ def method_table(*studies: dict | None) -> str:
         per_method = ", ".join(f"{m} {pct(v)}" for m, v in sorted(c["val_mean"].items()))
         rows.append([f"`{spec}`", f"`{c['method']}`", f"`{default}`{mark}", per_method, str(c["cells"])])
     heads = ["scheme", "chosen", "vitpos's default", "mean validation top-1 (%) per method", "cells"]
-    return "\n\n".join([table(heads, rows), *notes])
+    return "\n\n".join([table(heads, rows), *notes, *filter(None, [unchosen(choices)])])
 
 
 def render(protocol: dict, study: dict | None, frontier: dict | None = None) -> str:
