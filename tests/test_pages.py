@@ -9,6 +9,7 @@ import re
 
 import pytest
 import scipy.stats
+import torch
 from helpers import ROOT
 
 import vitpos
@@ -96,6 +97,41 @@ def test_summary_page_has_its_table_figure_and_missing_columns(tmp_path):
     page, _ = summary.render(data, tmp_path)
     assert "Columns not swept yet: zoom 0.75x, zoom 1.5x, canvas 1.5x, fine-tuned 2x, Fashion-MNIST." in page
     assert "Sizes swept: 32, 64 px; 128 px on test with the chosen method only." in page
+
+
+TINY = dict(img_size=32, patch_size=4, embed_dim=32, depth=2, num_heads=4, num_classes=5)
+
+
+@pytest.mark.parametrize("pos", vitpos.POS_SCHEMES)
+def test_fine_tuning_starts_where_the_named_method_serves_the_new_grid(pos):
+    """What the summary says a fine-tuning run starts from is what it starts from: the model carried to a new grid
+    serves it exactly as the named method serves it without fine-tuning (the whole model's logits); a scheme that
+    carries its parameters by its chosen method is not named."""
+    from vitpos.pretrained import transfer_weights
+
+    method = summary.fine_tune_start(f"{pos}:patch")
+    if method is None:
+        from vitpos.pos.base import PosScheme
+
+        scheme = vitpos.create_model(pos, **TINY).pos
+        assert len(scheme.methods) == 1 or type(scheme).state_at_grid is not PosScheme.state_at_grid
+        return
+    torch.manual_seed(0)
+    old = vitpos.create_model(pos, **TINY).eval()
+    with torch.no_grad():
+        for p in old.parameters():  # weights that make position visible in the logits
+            p.add_(0.3 * torch.randn_like(p))
+    new = vitpos.create_model(pos, **(TINY | {"img_size": 2 * TINY["img_size"]})).eval()
+    transfer_weights(old, new)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        start = new(x)
+        old.pos.method = method
+        torch.testing.assert_close(old(x), start)
+        others = [m for m in old.pos.methods if m != method]
+        for m in others:
+            old.pos.method = m
+            assert not torch.allclose(old(x), start, atol=1e-4), m
 
 
 def test_the_fine_tuned_column_and_guide_line_read_the_fine_tuned_runs_only(tmp_path):

@@ -335,6 +335,42 @@ def study_machines(data: dict) -> str:
     return "\n".join(f"- {what}: {m}" for what, key in parts for m in machines(data.get(key, []))) or "- none"
 
 
+def fine_tune_start(spec: str) -> str | None:
+    """The transfer method that serves a new grid as fine-tuning there starts: for a scheme with nothing grid-sized
+    to carry, the run rebuilds the scheme for its own grid, which need not be what the chosen method served. None
+    where the scheme carries its parameters by its chosen method (``PosScheme.state_at_grid``) or has one method."""
+    import torch
+
+    import vitpos
+    from vitpos.pos.base import PosScheme
+    from vitpos.pretrained import transfer_weights
+
+    pos, _, stem = spec.partition(":")
+    size = dict(stem=stem or "patch", patch_size=4, embed_dim=16, depth=1, num_heads=2)
+    old = vitpos.create_model(pos, img_size=16, **size).eval()
+    if len(old.pos.methods) < 2 or type(old.pos).state_at_grid is not PosScheme.state_at_grid:
+        return None
+    new = vitpos.create_model(pos, img_size=32, **size).eval()
+    transfer_weights(old, new)
+
+    def served(scheme: PosScheme) -> list:
+        """Everything the scheme gives the model on the new grid: its token term and each block's attention terms."""
+        with torch.no_grad():
+            out = [scheme.tokens(torch.zeros(1, new.grid[0] * new.grid[1], 16), new.grid)]
+            for a in scheme.attn_pos(new.grid):
+                out += [t for t in (a.rope, a.bias, a.rotation, a.mix) if t is not None]
+                out.append(torch.as_tensor(a.logit_scale, dtype=torch.float32))
+        return out
+
+    start = served(new.pos)
+    for method in old.pos.methods:
+        old.pos.method = method
+        got = served(old.pos)
+        if len(got) == len(start) and all(g.shape == t.shape and torch.allclose(g, t) for g, t in zip(got, start)):
+            return method
+    return None
+
+
 def coverage(study: Study) -> str:
     """Which seeds each scheme has of those the study asks for, which were swept on test, and at which sizes."""
     seeds = study.seeds()
@@ -350,9 +386,14 @@ def coverage(study: Study) -> str:
     done: dict[str, set[int]] = defaultdict(set)
     for f in study.data.get("finetuned", []):
         done[f["spec"]].add(f["seed"])
+    starts = {s: fine_tune_start(s) for s in study.specs if done[s]}
+    fresh = [f"{label(s)} starts as `{m}` serves the new grid" for s, m in starts.items()
+             if m is not None and m != study.choices.get(s, {}).get("method")]  # fmt: skip
+    fresh_text = (" A scheme with nothing grid-sized to carry is rebuilt for the new grid, so its epoch does not start "
+                  f"from the method validation chose: {'; '.join(fresh)}." if fresh else "")  # fmt: skip
     tuned = (f" Fine-tuned: one more epoch at {', '.join(tuned)} px from each run's last checkpoint (`train.py "
              f"--init-from ... {recipe}`), then tested there; seeds fine-tuned per scheme: "
-             f"{', '.join(f'{label(s)} {len(done[s])}' for s in study.specs if done[s]) or 'none'}."
+             f"{', '.join(f'{label(s)} {len(done[s])}' for s in study.specs if done[s]) or 'none'}.{fresh_text}"
              if tuned else "")  # fmt: skip
     real = ""
     if study.real:
