@@ -65,7 +65,7 @@ def test_guide_lines_carry_the_paired_holm_corrected_difference():
     zoom2 = next(line for line in lines if "2x (zoom)" in line)
     assert "`rope2d` with `interpolate`" in zoom2
     diffs = []
-    for column in [("zoom", 1.0), ("zoom", 2.0), ("canvas", 2.0)]:  # the guide's columns with data, in order
+    for column in [("zoom", 1.0), ("zoom", 2.0), ("canvas", 2.0)]:  # the decision guide's columns with data, in order
         means = {k: sum(v.values()) / 3 for k in s.specs if (v := s.values(k, column))}
         best, runner = sorted(means, key=lambda k: -means[k])
         diffs.append(stats.paired(list(s.values(best, column).values()), list(s.values(runner, column).values())))
@@ -146,7 +146,7 @@ def test_the_fine_tuned_column_and_guide_line_read_the_fine_tuned_runs_only(tmp_
     assert s.row("rope2d:patch", summary.COLUMNS)[at].startswith("92.0 ±")
     line = next(ln for ln in summary.guide(s) if "fine-tuning" in ln)
     diffs = []
-    for column in [("zoom", 1.0), ("zoom", 2.0), ("canvas", 2.0), ("finetune", 2.0)]:  # the guide's, with data
+    for column in [("zoom", 1.0), ("zoom", 2.0), ("canvas", 2.0), ("finetune", 2.0)]:  # the decision guide's, with data
         means = {k: sum(v.values()) / 3 for k in s.specs if (v := s.values(k, column))}
         best, runner = sorted(means, key=lambda k: -means[k])
         diffs.append(stats.paired(list(s.values(best, column).values()), list(s.values(runner, column).values())))
