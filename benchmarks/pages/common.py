@@ -30,6 +30,16 @@ def read(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+def tiny_model(spec: str, img_size: int = 8):
+    """A small vitpos ViT of POS:STEM (patch 4, 16 wide, one block) for what the pages read from the code itself: a
+    scheme's methods, its default, where fine-tuning starts."""
+    import vitpos
+
+    pos, _, stem = spec.partition(":")
+    return vitpos.create_model(pos, stem=stem or "patch", img_size=img_size, patch_size=4, embed_dim=16, depth=1,
+                               num_heads=2)  # fmt: skip
+
+
 def anchors() -> dict:
     """The published numbers the pages hold the measurements against (docs/anchors.yaml)."""
     return yaml.safe_load((DOCS / "anchors.yaml").read_text())

@@ -3,7 +3,7 @@ docs/frontier.json."""
 
 from __future__ import annotations
 
-from benchmarks.pages.common import fill, pct, signed, table
+from benchmarks.pages.common import fill, pct, signed, table, tiny_model
 
 
 def rule_text(rule: dict) -> str:
@@ -18,12 +18,8 @@ def rule_text(rule: dict) -> str:
 
 def methods_of(spec: str) -> tuple[str, tuple[str, ...]]:
     """(vitpos's default transfer method, every method) of a POS:STEM model."""
-    import vitpos
-
-    pos, _, stem = spec.partition(":")
-    model = vitpos.create_model(pos, stem=stem or "patch", img_size=8, patch_size=4, embed_dim=16, depth=1,
-                                num_heads=2)  # fmt: skip
-    return model.pos.method, tuple(model.pos.methods)
+    scheme = tiny_model(spec).pos
+    return scheme.method, tuple(scheme.methods)
 
 
 def default_method(spec: str) -> str:

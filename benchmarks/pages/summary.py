@@ -7,7 +7,19 @@ from pathlib import Path
 
 from benchmarks.common import MAIN_RUNS
 from benchmarks.pages import common
-from benchmarks.pages.common import BAG_CEILING, CHANCE, cell, fill, machines, pct, per_round, signed, spread, table
+from benchmarks.pages.common import (
+    BAG_CEILING,
+    CHANCE,
+    cell,
+    fill,
+    machines,
+    pct,
+    per_round,
+    signed,
+    spread,
+    table,
+    tiny_model,
+)
 from benchmarks.stats import holm, mean_ci, paired
 
 # the columns: (regime, factor of the training size); 1x is zoom at the training size
@@ -341,22 +353,19 @@ def fine_tune_start(spec: str) -> str | None:
     where the scheme carries its parameters by its chosen method (``PosScheme.state_at_grid``) or has one method."""
     import torch
 
-    import vitpos
     from vitpos.pos.base import PosScheme
     from vitpos.pretrained import transfer_weights
 
-    pos, _, stem = spec.partition(":")
-    size = dict(stem=stem or "patch", patch_size=4, embed_dim=16, depth=1, num_heads=2)
-    old = vitpos.create_model(pos, img_size=16, **size).eval()
+    old = tiny_model(spec, img_size=16).eval()
     if len(old.pos.methods) < 2 or type(old.pos).state_at_grid is not PosScheme.state_at_grid:
         return None
-    new = vitpos.create_model(pos, img_size=32, **size).eval()
+    new = tiny_model(spec, img_size=32).eval()
     transfer_weights(old, new)
 
     def served(scheme: PosScheme) -> list:
         """Everything the scheme gives the model on the new grid: its token term and each block's attention terms."""
         with torch.no_grad():
-            out = [scheme.tokens(torch.zeros(1, new.grid[0] * new.grid[1], 16), new.grid)]
+            out = [scheme.tokens(torch.zeros(1, new.grid[0] * new.grid[1], new.head.in_features), new.grid)]
             for a in scheme.attn_pos(new.grid):
                 out += [t for t in (a.rope, a.bias, a.rotation, a.mix) if t is not None]
                 out.append(torch.as_tensor(a.logit_scale, dtype=torch.float32))
