@@ -505,3 +505,62 @@ def test_the_real_data_page_derives_its_columns_from_its_sizes_and_pairs_the_rul
     row = next(ln for ln in rule.splitlines() if ln.startswith("| `learned`")).split(" | ")
     assert row[1:] == ["+10.0 [+10.0, +10.0] *", "+0.0 [+0.0, +0.0]", "-10.0 [-10.0, -10.0] * |"]
     assert "`rope2d`" not in rule  # no run without the rule to pair with
+
+
+def claims_jsons() -> tuple[dict, dict]:
+    """(docs/claims.json, docs/study.json): lookhere 30 points above rope2d at 4x and 5 at 2x; cpb 20 points above
+    relbias's resize at 2x while relbias chose clamp, 20 points above resize; rope2d-norm on a par with rope2d."""
+    base = {("zoom", 32): [0.99, 0.98, 0.99], ("zoom", 64): [0.50, 0.60, 0.55], ("zoom", 128): [0.20, 0.25, 0.22],
+            ("canvas", 64): [0.30, 0.40, 0.35]}  # fmt: skip
+
+    def recs(scheme: str, method: str, shift: dict) -> list[dict]:
+        return [{"scheme": scheme, "stem": "patch", "method": method, "regime": g, "resolution": r, "split": "test",
+                 "seed": k, "top1": v + (shift.get(r, 0.0) + 0.01 * k if r != 32 else 0.0), "commit": "abc"}
+                for (g, r), vals in base.items() for k, v in zip(SEEDS, vals, strict=True)]  # fmt: skip
+
+    def runs(*schemes: str) -> list[dict]:
+        return [{"spec": f"{s}:patch", "seed": k, "run": f"runs/{s}-{k}", "commit": "abc"} for s in schemes
+                for k in SEEDS]  # fmt: skip
+
+    budget = {"img_size": 32, "epochs": 10}
+    main = {"budget": budget, "runs": runs("rope2d", "relbias"),
+            "choices": {"rope2d:patch": {"method": "interpolate"}, "relbias:patch": {"method": "clamp"}},
+            "records": recs("rope2d", "interpolate", {}) + recs("relbias", "resize", {})
+            + recs("relbias", "clamp", {64: 0.2})}  # fmt: skip
+    claims = {"command": "python -m benchmarks.study --json docs/claims.json", "budget": budget,
+              "runs": runs("lookhere", "rope2d-norm", "cpb"),
+              "choices": {"lookhere:patch": {"method": "scaled"}, "rope2d-norm:patch": {"method": "normalized"},
+                          "cpb:patch": {"method": "continuous"}},
+              "records": recs("lookhere", "scaled", {64: 0.05, 128: 0.3}) + recs("rope2d-norm", "normalized", {})
+              + recs("cpb", "continuous", {64: 0.2})}  # fmt: skip
+    return claims, main
+
+
+def test_claims_are_paired_against_the_studys_runs_at_the_published_factor_and_method(tmp_path):
+    from benchmarks.pages import claims
+
+    data, main = claims_jsons()
+    s = summary.Study(claims.merged(data, main, {"rope2d:patch", "relbias:patch"}))
+    held = [claims.Claim.of(k) for k in claims.HELD]
+    diffs = claims.differences(s, held)
+    raw = {}
+    for c in held:
+        for col in claims.COLUMNS[1:]:
+            x, y = claims.values(s, c.a, None, col), claims.values(s, c.b, c.b_method, col)
+            if len(set(x) & set(y)) >= 2:
+                raw[(c.key, col)] = stats.paired(list(x.values()), list(y.values()))
+    assert list(diffs.values()) == stats.holm(list(raw.values()))  # one family: the page
+    assert diffs[("swin_v2_cpb", ("zoom", 2.0))].diff == pytest.approx(0.2)  # against resize, not relbias's clamp
+    page = claims.render(data, tmp_path, main)
+    lh = page.split("### Fuller")[1].split("###")[0]
+    assert "- zoom 4x (published at 4.57x): `lookhere` above `rope2d`: agrees, +30.0" in lh
+    assert "zoom 2x" not in lh  # judged at the factor nearest the published one only
+    dino = page.split("### Simeoni")[1].split("###")[0]
+    assert "- zoom 2x: `rope2d-norm` above `rope2d`: not separated (the runs cannot tell), +0.0" in dino
+    assert "- zoom 4x: `rope2d-norm` above `rope2d`: not separated" in dino  # every factor: no published one
+    assert "`cpb` above `relbias` (`resize`): agrees, +20.0" in page
+    assert "LieRE" in page.split("## Claims not held yet")[1]
+    with pytest.raises(SystemExit, match="differ in budget"):
+        claims.render(data, tmp_path, main | {"budget": {"img_size": 16}})
+    data["records"] = [r for r in data["records"] if r["seed"] == 0]  # one seed: no verdict
+    assert "no factor above 1x has two seeds" in claims.render(data, tmp_path, main)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from benchmarks.pages import (
     augmentation,
+    claims,
     data,
     diagnostics,
     export,
@@ -73,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
             real_data.render(real, folder, read(folder / "fashion_mnist_rule_off.json"))
         )
         print(f"wrote {folder / 'fashion_mnist_study.md'}")
+    claimed = read(folder / "claims.json")
+    if claimed is not None and study is not None:
+        (folder / "claims.md").write_text(claims.render(claimed, folder, study))
+        print(f"wrote {folder / 'claims.md'}")
     multi = read(folder / "multires.json")
     if multi is not None:
         (folder / "multires.md").write_text(multires.render(multi, folder, study))
