@@ -27,8 +27,8 @@ notebooks: .venv
 bench-results: .venv
 	$(PY) -m benchmarks.results
 
-bench-resolution: .venv
-	$(PY) -m benchmarks.resolution_transfer
+bench-study: .venv
+	$(PY) -m benchmarks.study --jobs 2 && $(PY) -m benchmarks.pages
 
 # Each measures and writes docs/<page>.json; python -m benchmarks.pages writes the pages from it.
 bench-throughput: .venv
@@ -46,5 +46,5 @@ bench-data: .venv
 bench-diagnostics: .venv
 	$(PY) -m benchmarks.diagnostics && $(PY) -m benchmarks.pages
 
-.PHONY: train test lint format slow notebooks bench-results bench-resolution bench-throughput bench-compile \
+.PHONY: train test lint format slow notebooks bench-results bench-study bench-throughput bench-compile \
 	bench-export bench-data bench-diagnostics

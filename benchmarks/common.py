@@ -151,21 +151,6 @@ def run_specs(p: argparse.ArgumentParser, specs: list[str]) -> list[tuple[str, s
     return pairs
 
 
-def finished_sweep(cmd: list[str], ckpts: list[str], sweep_dir: Path) -> bool:
-    """Whether ``sweep_dir`` holds a finished sweep that ``cmd`` made after every checkpoint was last written.
-
-    The manifest names the command, not the vitpos version: after a change that alters evaluation, delete the
-    sweep folder to sweep again.
-    """
-    done, manifest = sweep_dir / "resolution.json", sweep_dir / "command.json"
-    return (
-        done.is_file()
-        and manifest.is_file()
-        and json.loads(manifest.read_text()) == cmd
-        and all(Path(c).stat().st_mtime < done.stat().st_mtime for c in ckpts)
-    )
-
-
 @functools.cache
 def has_pos_params(spec: str) -> bool:
     """Whether a scheme (POS or POS:STEM) has parameters of its own: only then does the position rule change its
@@ -230,95 +215,12 @@ def study_run(
     return out / (name.removesuffix(f"-seed{seed}") + f"{suffix}-seed{seed}"), flags
 
 
-def last_ckpt(run: dict) -> Path:
-    return ROOT / run["run"] / "checkpoints" / "last.ckpt"
-
-
 def earlier_record(path: str | Path) -> dict:
     """The JSON a study wrote before (empty if none): what it keeps of runs whose folders are gone."""
     return json.loads(Path(path).read_text()) if Path(path).is_file() else {}
-
-
-def study_here(runs: list[dict], earlier: dict, sweep: Callable[[list[dict]], dict]) -> dict:
-    """``sweep`` on the runs whose last checkpoint is here; for the others, their records in ``earlier``."""
-    here = [r for r in runs if last_ckpt(r).is_file()]
-    study = sweep(here) if here else {"records": [], "yarn_temperature": []}
-    gone = {str(last_ckpt(r)) for r in runs if r not in here}
-    for key in ("records", "yarn_temperature"):
-        study[key] += [rec for rec in earlier.get(key, []) if rec["checkpoint"] in gone]
-    if gone:
-        print(f"reusing the recorded sweep of {len(gone)} runs whose checkpoints are gone", flush=True)
-    return study
 
 
 def fingerprint(path: str | Path) -> str:
     """The SHA-256 of a file: what a sweep record keeps of the checkpoint it measured."""
     with open(path, "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
-def transfer_study(runs: list[dict], resolutions: list[str], limit: int, sweep_dir: Path, temperature_grids: list[str],
-                   extra: tuple[str, ...] = (), earlier: dict | None = None) -> dict:  # fmt: skip
-    """Every run's last checkpoint at every resolution with every transfer method, by one ``python -m
-    vitpos.evaluate`` (a finished sweep of the same command is reused), each record with its run's seed; and
-    YaRN's two attention temperatures on the ``rope2d`` runs.
-
-    A checkpoint whose records in ``earlier`` (the JSON this study wrote before) were made by the same sweep from a
-    file with the same SHA-256 keeps them and is not swept again: only new or retrained runs are evaluated.
-    """
-    ckpts = [str(last_ckpt(r)) for r in runs]
-    args = ["--resolutions", *resolutions, "--split", "test", *extra, *(["--limit", str(limit)] if limit else [])]
-    stamp = {c: {"sweep": shlex.join(args), "checkpoint_sha256": fingerprint(c)} for c in ckpts}
-    old = (earlier or {}).get("records", [])
-    kept = [rec for rec in old if rec["checkpoint"] in stamp and stamp[rec["checkpoint"]].items() <= rec.items()]
-    todo = [c for c in ckpts if c not in {rec["checkpoint"] for rec in kept}]
-    if kept:
-        print(f"reusing the recorded sweep of {len(ckpts) - len(todo)} unchanged checkpoints", flush=True)
-    cmd = ["-m", "vitpos.evaluate", "--ckpt", *todo, *args, "--out", str(sweep_dir), "--overwrite"]
-    if todo and finished_sweep(cmd, todo, sweep_dir):
-        print(f"reusing the finished sweep in {sweep_dir}", flush=True)
-    elif todo:
-        run([sys.executable, *cmd])
-        (sweep_dir / "command.json").write_text(json.dumps(cmd) + "\n")  # what finished_sweep checks
-    from vitpos.evaluate import load_records
-
-    new = load_records(sweep_dir / "resolution.json") if todo else []
-    seed_of = {c: r["seed"] for c, r in zip(ckpts, runs, strict=True)}
-    records = [rec | stamp[rec["checkpoint"]] | {"seed": seed_of[rec["checkpoint"]]} for rec in kept + new]
-    rope = [c for c, r in zip(ckpts, runs, strict=True) if (r["pos"], r["stem"]) == ("rope2d", "patch")]
-    if not temperature_grids:
-        return {"records": records, "yarn_temperature": []}
-    # a checkpoint's temperature rows are reused like its sweep: same file and image count, every grid measured
-    sha = {c: stamp[c]["checkpoint_sha256"] for c in rope}
-    rows = [t for t in (earlier or {}).get("yarn_temperature", [])
-            if t["checkpoint"] in sha and (t.get("limit"), t.get("checkpoint_sha256")) == (limit, sha[t["checkpoint"]])
-            and t["resolution"] in temperature_grids]  # fmt: skip
-    done = {c for c in rope if {t["resolution"] for t in rows if t["checkpoint"] == c} == set(temperature_grids)}
-    rows = [t for t in rows if t["checkpoint"] in done]
-    todo = [c for c in rope if c not in done]
-    fresh = temperature_study(todo, temperature_grids, limit) if todo else []
-    stamped = [t | {"limit": limit, "checkpoint_sha256": sha[t["checkpoint"]]} for t in fresh]
-    return {"records": records, "yarn_temperature": rows + stamped}
-
-
-def temperature_study(ckpts: list[str], grids: list[str], limit: int = 0) -> list[dict]:
-    """Top-1 of `yarn` with each temperature mode, per checkpoint and grid (test split, rendered natively)."""
-    from torch.utils.data import Subset
-
-    from vitpos.checkpoint import model_from_checkpoint
-    from vitpos.data import build_datamodule
-    from vitpos.evaluate import evaluate_model, make_trainer, parse_resolution, to_hw
-
-    rows, trainer = [], make_trainer()
-    for ckpt in ckpts:
-        for mode in ("axis", "tokens"):
-            cfg, model = model_from_checkpoint(ckpt)
-            model.pos.yarn_temperature = mode
-            dm = build_datamodule(cfg.data, img_size=cfg.model.img_size, seed=cfg.trainer.seed)
-            sets = [dm.eval_dataset(to_hw(parse_resolution(g)), "test") for g in grids]
-            if limit:  # the first images, as the evaluator's --limit takes them
-                sets = [Subset(ds, range(min(limit, len(ds)))) for ds in sets]
-            scores = evaluate_model(model, [(ds, "yarn") for ds in sets], trainer)
-            for g, (correct, seen) in zip(grids, scores, strict=True):
-                rows.append({"checkpoint": ckpt, "temperature": mode, "resolution": g, "top1": correct / seen})
-    return rows

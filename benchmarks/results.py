@@ -5,8 +5,8 @@
 Each run is ``python train.py --pos P --stem S --seed K`` with nothing else. The six main runs get every seed, every
 other scheme the first seed, and the ``--top`` of those by validation top-1 every seed too (chosen once and kept in
 the JSON, so a retrained seed 0 does not move the choice; ``--repick`` chooses again); so do the ``--more-seeds``
-schemes, by default every one of ``--others``: docs/resolution.md's fine-tuning table and its published claims
-compare means over seeds. The ``--top`` schemes are the ones the pages set beside the main runs. Schemes with
+schemes, by default every one of ``--others``. These runs are the evidence the position rule and `relbias`'s start
+were chosen from on validation (benchmarks/protocol.py, docs/protocol.md). Schemes with
 position parameters also train with the rule off (``--pos-lr-scale 1``, no decay) and under the ``--sweep`` rules
 (scale, decay, its target, ramp; a scheme option where named); those without train identically under every rule,
 so once. A finished run is reused (its folder's results.json, or else its record in the JSON this study wrote

@@ -8,8 +8,7 @@ mean's interval: comparisons need at least two runs on each side (two pairs when
 effect they leave possible. Once a page's comparisons are corrected together, each interval is widened to
 Bonferroni's level, 1 - ALPHA / m for m comparisons, so that all of them hold together at 95 %. An interval that
 excludes zero is then always separated by Holm (which is never less powerful than Bonferroni); Holm may also separate a
-difference whose interval just touches zero. The pages of docs/results.json, resolution.json and fashion_mnist.json
-judge by a plainer rule, uncorrected: "A beats B" only where the two means' intervals are disjoint (``separated``).
+difference whose interval just touches zero.
 """
 
 from __future__ import annotations
@@ -33,15 +32,6 @@ def mean_ci(values: Sequence[float], level: float = LEVEL) -> tuple[float, float
     sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
     h = sp.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
     return m, m - h, m + h
-
-
-def separated(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> bool:
-    """Whether the t-intervals of two means are disjoint: the rule of the pages that say "A beats B" without a
-    correction for the page's comparisons. A side with fewer than two runs has no interval and never separates."""
-    if len(a) < 2 or len(b) < 2:
-        return False
-    (_, alo, ahi), (_, blo, bhi) = mean_ci(a, level), mean_ci(b, level)
-    return alo > bhi or blo > ahi
 
 
 @dataclass(frozen=True)

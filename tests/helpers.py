@@ -77,17 +77,6 @@ def rows(page: str) -> list[list[str]]:
     return [row for t in tables(page) for row in t]
 
 
-def items(page: str) -> list[str]:
-    """The list items ("- ...") on ``page``."""
-    return [line[2:] for line in page.splitlines() if line.startswith("- ")]
-
-
-def transfer_record(scheme: str, side: int, top1: float, seed: int = 0, ckpt: str | None = None) -> dict:
-    return {"checkpoint": ckpt or f"/runs/{scheme}-seed{seed}/checkpoints/last.ckpt", "scheme": scheme,
-            "stem": "patch", "method": "m", "default_method": True, "height": side, "width": side, "top1": top1,
-            "seed": seed}  # fmt: skip
-
-
 def untrained_checkpoint(path: Path, pos: str = "rope2d", images: int = 24) -> Path:
     """A checkpoint in the layout training writes (config + weights, current format) of an untrained tiny model whose
     data set is `shapes` with ``images`` validation and test images: for code that reads checkpoints, not weights."""

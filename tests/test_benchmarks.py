@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-import re
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, record, rows, tables, transfer_record
+from helpers import ROOT, record, rows
 
 from benchmarks.pages import __main__ as pages
-from benchmarks.pages import common, fashion_mnist, pos_dynamics, resolution
+from benchmarks.pages import common, pos_dynamics
 
 
 @pytest.fixture
@@ -27,67 +25,6 @@ def bench(monkeypatch):
 def test_every_benchmark_imports(bench, script):
     """No test runs the benchmarks themselves: importing each at least finds every name it takes from vitpos."""
     importlib.import_module(f"benchmarks.{script}")
-
-
-def test_a_finished_sweep_is_reused_only_when_command_and_checkpoints_match(bench, tmp_path):
-    ckpt = tmp_path / "last.ckpt"
-    ckpt.write_bytes(b"weights")
-    sweep_dir = tmp_path / "sweep"
-    sweep_dir.mkdir()
-    cmd = ["-m", "vitpos.evaluate", "--ckpt", str(ckpt), "--resolutions", "32", "64"]
-    assert not bench.finished_sweep(cmd, [str(ckpt)], sweep_dir)  # nothing there yet
-    (sweep_dir / "resolution.json").write_text("[]")
-    assert not bench.finished_sweep(cmd, [str(ckpt)], sweep_dir)  # results without a manifest
-    (sweep_dir / "command.json").write_text(json.dumps(cmd))  # the manifest transfer_study writes
-    old = (sweep_dir / "resolution.json").stat().st_mtime - 10
-    os.utime(ckpt, (old, old))
-    assert bench.finished_sweep(cmd, [str(ckpt)], sweep_dir)
-    assert not bench.finished_sweep([*cmd, "96"], [str(ckpt)], sweep_dir)  # another command
-    new = old + 20
-    os.utime(ckpt, (new, new))
-    assert not bench.finished_sweep(cmd, [str(ckpt)], sweep_dir)  # retrained after the sweep
-
-
-def test_a_transfer_study_sweeps_only_checkpoints_it_has_not_measured(bench, tmp_path, monkeypatch):
-    """Records of an unchanged checkpoint (same bytes, same sweep) are kept; a new or retrained one is swept."""
-    runs = []
-    for pos, seed in (("learned", 0), ("rope2d", 0)):
-        (tmp_path / f"{pos}-seed{seed}" / "checkpoints").mkdir(parents=True)
-        (tmp_path / f"{pos}-seed{seed}" / "checkpoints" / "last.ckpt").write_bytes(pos.encode())
-        runs.append({"pos": pos, "stem": "patch", "seed": seed, "run": str(tmp_path / f"{pos}-seed{seed}")})
-    swept, measured = [], []
-
-    def evaluate(cmd):  # the evaluator's part: one record per checkpoint and resolution
-        ckpts = cmd[cmd.index("--ckpt") + 1 : cmd.index("--resolutions")]
-        sizes = cmd[cmd.index("--resolutions") + 1 : cmd.index("--split")]
-        swept.append([Path(c).parents[1].name for c in ckpts])
-        out = Path(cmd[cmd.index("--out") + 1])
-        out.mkdir(exist_ok=True)
-        recs = [transfer_record("x", int(s), 0.5, 0, c) for c in ckpts for s in sizes]
-        (out / "resolution.json").write_text(json.dumps(recs))
-
-    def temperatures(ckpts, grids, limit):
-        measured.append([Path(c).parents[1].name for c in ckpts])
-        return [{"checkpoint": c, "temperature": "axis", "resolution": g, "top1": 0.5} for c in ckpts for g in grids]
-
-    monkeypatch.setattr(bench, "run", lambda cmd: evaluate(cmd[1:]))
-    monkeypatch.setattr(bench, "temperature_study", temperatures)
-    study = bench.transfer_study
-    first = study(runs, ["32", "64"], 300, tmp_path / "sweep", ["64"])
-    assert swept == [["learned-seed0", "rope2d-seed0"]] and measured == [["rope2d-seed0"]]
-    assert all(len(r["checkpoint_sha256"]) == 64 for r in first["records"] + first["yarn_temperature"])
-    again = study(runs, ["32", "64"], 300, tmp_path / "sweep", ["64"], earlier=first)
-    assert len(swept) == 1 and len(measured) == 1  # nothing new to measure
-    assert sorted(map(json.dumps, again["records"])) == sorted(map(json.dumps, first["records"]))
-    assert again["yarn_temperature"] == first["yarn_temperature"]
-    (tmp_path / "learned-seed0" / "checkpoints" / "last.ckpt").write_bytes(b"retrained")
-    third = study(runs, ["32", "64"], 300, tmp_path / "sweep", ["64"], earlier=first)
-    assert swept[-1] == ["learned-seed0"] and len(measured) == 1
-    assert len(third["records"]) == 4 and len({r["checkpoint_sha256"] for r in third["records"]}) == 2
-    study(runs, ["32", "96"], 300, tmp_path / "sweep", ["64"], earlier=third)  # another sweep: every checkpoint
-    assert swept[-1] == ["learned-seed0", "rope2d-seed0"]
-    study(runs, ["32", "96"], 100, tmp_path / "sweep", ["64", "96"], earlier=third)
-    assert measured[-1] == ["rope2d-seed0"]  # another image count and grid: the temperatures again
 
 
 def test_diagnostics_takes_each_schemes_seed_0_run_at_the_default_rule(bench, tmp_path, monkeypatch):
@@ -139,356 +76,6 @@ def test_diagnostics_takes_each_schemes_seed_0_run_at_the_default_rule(bench, tm
     (tmp_path / "diagnostics.json").write_text(json.dumps(record(num_images=8, runs=[])))
     with pytest.raises(SystemExit):
         diagnostics.main(argv)
-
-
-def test_resolution_study_keeps_the_records_of_runs_whose_checkpoints_are_gone(bench, tmp_path, monkeypatch):
-    from benchmarks import resolution_transfer as rt
-
-    here = tmp_path / "runs" / "a-seed0" / "checkpoints" / "last.ckpt"
-    extra = tmp_path / "runs" / "a-seed3" / "checkpoints" / "last.ckpt"
-    for ckpt in (here, extra):
-        ckpt.parent.mkdir(parents=True)
-        ckpt.write_bytes(b"weights")
-    gone = tmp_path / "runs" / "b-seed1" / "checkpoints" / "last.ckpt"
-    monkeypatch.setattr(rt, "ROOT", tmp_path)
-    monkeypatch.setattr(bench, "ROOT", tmp_path)
-    budget = {"default_pos_lr_scale": 30.0, "default_pos_weight_decay": 0.0, "embed_dim": 128, "num_heads": 4,
-              "img_size": 32, "patch_size": 4}  # fmt: skip
-    runs = [{"run": "runs/a-seed0", "seed": 0, "pos_lr_scale": 30.0, "pos_weight_decay": 0.0},
-            {"run": "runs/b-seed1", "seed": 1, "pos_lr_scale": 30.0, "pos_weight_decay": 0.0},
-            {"run": "runs/c-decayed", "seed": 0, "pos_lr_scale": 30.0, "pos_weight_decay": 0.3},
-            {"run": "runs/a-seed3", "seed": 3, "pos_lr_scale": 30.0, "pos_weight_decay": 0.0}]  # fmt: skip
-    (tmp_path / "results.json").write_text(json.dumps({"budget": budget, "runs": runs}))
-    earlier = {
-        "records": [transfer_record("b", 48, 0.5, 1, str(gone)), transfer_record("a", 48, 0.1, 0, str(here))],
-        "yarn_temperature": [{"checkpoint": str(gone), "temperature": "axis", "resolution": "48", "top1": 0.3}],
-    }
-    (tmp_path / "resolution.json").write_text(json.dumps(earlier))
-    swept = []
-
-    def transfer_study(runs, **settings):
-        swept.extend(r["run"] for r in runs)
-        return {"records": [transfer_record("a", 96, 0.2, 0, str(here))], "yarn_temperature": []}
-
-    monkeypatch.setattr(rt, "transfer_study", transfer_study)
-    argv = ["--results", str(tmp_path / "results.json"), "--json", str(tmp_path / "resolution.json")]
-    assert rt.main(argv) == 0
-    assert swept == ["runs/a-seed0"]  # here; the decayed run is not at the default rule, seed 3 not in --seeds
-    out = json.loads((tmp_path / "resolution.json").read_text())
-    assert [(r["scheme"], r["height"]) for r in out["records"]] == [("a", 96), ("b", 48)]  # the new sweep replaces a's
-    assert [t["checkpoint"] for t in out["yarn_temperature"]] == [str(gone)]
-
-
-def fake_fashion_mnist_training(fm, tmp_path: Path, monkeypatch) -> list[str]:
-    """fashion_mnist's training and sweep replaced by stubs; the names of the runs it trains, as it trains them."""
-    trained = []
-
-    def train_run(run_dir, flags):
-        trained.append(run_dir.name)
-        (run_dir / "logs").mkdir(parents=True)
-        (run_dir / "logs" / "metrics.csv").write_text("val/top1\n0.4\n")
-        return {"run": str(run_dir.relative_to(tmp_path)), "test_top1": 0.4}
-
-    monkeypatch.setattr(fm, "train_run", train_run)
-    monkeypatch.setattr(fm, "transfer_study", lambda runs, **kw: {"records": [], "yarn_temperature": []})
-    return trained
-
-
-@pytest.mark.parametrize("same_budget", [True, False])
-def test_fashion_mnist_study_reuses_recorded_runs_whose_folders_are_gone_at_the_same_budget(
-    bench, tmp_path, monkeypatch, same_budget
-):
-    from benchmarks import fashion_mnist as fm
-
-    monkeypatch.setattr(fm, "ROOT", tmp_path)
-    monkeypatch.setattr(bench, "ROOT", tmp_path)
-    monkeypatch.setattr(fm, "CONFIG", str(ROOT / fm.CONFIG))
-    recorded = {"pos": "rope2d", "stem": "patch", "seed": 0, "run": "fm/rope2d-patch-seed0", "test_top1": 0.8,
-                "val_curve": [0.5, 0.8]}  # fmt: skip
-    budget = fm.study_of(300) | ({} if same_budget else {"epochs": fm.study_of(300)["epochs"] // 2})
-    earlier = {"budget": budget, "runs": [recorded], "records": [], "yarn_temperature": []}
-    (tmp_path / "fm.json").write_text(json.dumps(earlier))
-    trained = fake_fashion_mnist_training(fm, tmp_path, monkeypatch)
-    out = ["--out", "fm", "--json", str(tmp_path / "fm.json")]
-    argv = ["--runs", "rope2d:patch", "learned:patch", "--seeds", "0", "--single", *out]
-    assert fm.main(argv) == 0
-    runs = json.loads((tmp_path / "fm.json").read_text())["runs"]
-    learned = bench.run_name("learned", "patch", 0, {k: budget[k] for k in fm.POS_RULE})  # named by its rule
-    if same_budget:
-        assert trained == [learned]  # the recorded rope2d run is not trained again
-        assert runs[0] == recorded and runs[1]["val_curve"] == [0.4]
-    else:  # a record made at another budget is not this study's: both runs are trained
-        assert trained == ["rope2d-patch-seed0", learned]
-        assert [r["val_curve"] for r in runs] == [[0.4], [0.4]]
-
-
-def test_fashion_mnist_study_under_another_rule_reuses_only_the_schemes_without_position_parameters(
-    bench, tmp_path, monkeypatch
-):
-    """A record made under another position rule (an older one names only the scale) still holds the runs of
-    schemes the rule does not touch; the schemes with position parameters train again."""
-    from benchmarks import fashion_mnist as fm
-
-    monkeypatch.setattr(fm, "ROOT", tmp_path)
-    monkeypatch.setattr(bench, "ROOT", tmp_path)
-    monkeypatch.setattr(fm, "CONFIG", str(ROOT / fm.CONFIG))
-    budget = {k: v for k, v in fm.study_of(300).items() if k not in fm.POS_RULE} | {"pos_lr_scale": 1.0}
-    runs = [{"pos": pos, "stem": "patch", "seed": 0, "run": f"fm/{pos}-patch-seed0", "test_top1": 0.8,
-             "val_curve": [0.5, 0.8]} for pos in ("rope2d", "learned")]  # fmt: skip
-    (tmp_path / "fm.json").write_text(json.dumps({"budget": budget, "runs": runs}))
-    trained = fake_fashion_mnist_training(fm, tmp_path, monkeypatch)
-    argv = ["--runs", "rope2d:patch", "learned:patch", "--seeds", "0", "--single", "--out", "fm",
-            "--json", str(tmp_path / "fm.json")]  # fmt: skip
-    (tmp_path / "fm" / "learned-patch-seed0").mkdir(parents=True)  # the old rule's finished run: not reused
-    (tmp_path / "fm" / "learned-patch-seed0" / "results.json").write_text("{}")
-    assert fm.main(argv) == 0
-    rule = {k: fm.study_of(300)[k] for k in fm.POS_RULE}
-    assert trained == [bench.run_name("learned", "patch", 0, rule)] != ["learned-patch-seed0"]
-    written = json.loads((tmp_path / "fm.json").read_text())
-    assert written["runs"][0] == runs[0] and written["runs"][1]["test_top1"] == 0.4
-    o = fm.Config.from_yaml(ROOT / fm.CONFIG).optim  # the new record names every field of the study's rule
-    now = fm.pos_rule_of(vars(o))
-    assert {k: written["budget"][k] for k in fm.POS_RULE} == now and now["pos_lr_scale"] != 1.0
-
-
-def test_fashion_mnist_page_says_where_its_runs_differ_from_the_defaults(bench, tmp_path):
-    """Runs under another rule than the default, or with scheme options, are named as such, with the command that
-    trains the defaults; at the defaults the page says nothing of the kind."""
-    from benchmarks.rules import POS_RULE
-
-    d = json.loads((ROOT / "docs" / "fashion_mnist.json").read_text())
-    o = fashion_mnist.Config().optim
-    d["budget"] |= dict(zip(POS_RULE, (o.pos_lr_scale, o.pos_weight_decay, o.pos_decay_to, o.pos_lr_warmup_epochs)))
-    d["runs"] = [r | {"pos_kwargs": {}} for r in d["runs"]]
-    command = f"`{d['command']}`"
-    page = fashion_mnist.render(d, tmp_path)
-    assert page.count(command) == 1  # only under the title: nothing to train again
-    d["runs"][0]["pos_kwargs"] = {"theta": 10}
-    page = fashion_mnist.render(d, tmp_path)
-    named = common.label(common.scheme_of(d["runs"][0]), "patch")  # e.g. `rope2d` (theta=10)
-    assert named in page and page.count(command) == 2  # the runs with options named, and the command that retrains
-    assert page.count("position parameters at lr x") == 1  # the one rule: these runs' and the default
-    d["budget"]["pos_lr_warmup_epochs"] = o.pos_lr_warmup_epochs + 1
-    page = fashion_mnist.render(d, tmp_path)
-    now, ran = (common.rule_words(common.run_rule(r)) for r in (vars(o), d["budget"]))
-    assert now in page and ran in page and now != ran and page.count(command) == 2
-
-
-def finetune_here(bench, tmp_path: Path, monkeypatch, runs: list[dict]):
-    """benchmarks/finetune.py with its root at ``tmp_path``, where ``runs`` (at the default rule) have checkpoints
-    and a results.json records them (with one more run at another rule, which the study must skip)."""
-    from benchmarks import finetune
-
-    monkeypatch.setattr(finetune, "ROOT", tmp_path)
-    monkeypatch.setattr(bench, "ROOT", tmp_path)
-    for r in runs:
-        (tmp_path / r["run"] / "checkpoints").mkdir(parents=True)
-        (tmp_path / r["run"] / "checkpoints" / "last.ckpt").write_bytes(b"weights")
-    budget = {"default_pos_lr_scale": 30.0, "default_pos_weight_decay": 0.0, "img_size": 32}
-    other = runs[0] | {"run": "runs/rope2d-patch-lr1-seed0", "pos_lr_scale": 1.0}  # not the default rule
-    (tmp_path / "results.json").write_text(json.dumps({"budget": budget, "runs": [*runs, other]}))
-    return finetune
-
-
-def test_finetune_study_tests_directly_and_fine_tunes_each_run_and_renders(bench, tmp_path, monkeypatch):
-    runs = [{"run": f"runs/rope2d-patch-seed{k}", "pos": "rope2d", "stem": "patch", "seed": k, "pos_lr_scale": 30.0,
-             "pos_weight_decay": 0.0, "test_top1": 0.99} for k in (0, 1)]  # fmt: skip
-    finetune = finetune_here(bench, tmp_path, monkeypatch, runs)
-    trained = []
-
-    def train_run(run_dir, flags):
-        size = flags[flags.index("--img-size") + 1]
-        assert flags[-2:] == ["--accelerator", "gpu"]  # the study's --accelerator reaches every fine-tuning run
-        trained.append((run_dir.name, size))
-        hardware = "1 x GPU" if size == "64" else "1 x CPU"
-        return {"test_top1": {"32": 0.99, "48": 0.9, "64": 0.8}[size], "hardware": hardware}
-
-    def transfer_study(runs, resolutions, limit, sweep_dir, temperature_grids, earlier):
-        assert resolutions == ["48", "64"] and limit == 0 and not temperature_grids  # the whole split, no YaRN study
-        ckpt = {r["seed"]: str(tmp_path / r["run"] / "checkpoints" / "last.ckpt") for r in runs}
-        recs = [transfer_record("rope2d", 48, 0.5 + k / 100, k, ckpt[k]) for k in ckpt]
-        return {
-            "records": recs + [transfer_record("rope2d", 64, 0.3, k, ckpt[k]) for k in ckpt],
-            "yarn_temperature": [],
-        }
-
-    monkeypatch.setattr(finetune, "train_run", train_run)
-    monkeypatch.setattr(finetune, "transfer_study", transfer_study)
-    argv = ["--results", str(tmp_path / "results.json"), "--json", str(tmp_path / "finetune.json")]
-    assert finetune.main([*argv, "--accelerator", "gpu"]) == 0
-    assert trained == [(f"rope2d-patch-seed{k}-ft{s}", s) for k in (0, 1) for s in ("32", "48", "64")]
-    text = resolution.finetune_section(json.loads((tmp_path / "finetune.json").read_text()), read_json(tmp_path))
-    (table,) = tables(text)
-    assert table[1][:5] == ["`rope2d`", "99.0 [99.0, 99.0] (2)", "99.0 [99.0, 99.0] (2)", "50.5 [44.1, 56.9] (2)",
-                            "90.0 [90.0, 90.0] (2)"]  # fmt: skip
-    assert verdicts(text) == {"`rope2d`": ("above", ["48", "64"])}
-    assert re.findall(r"(1 x [GC]PU) \((\d) runs?\)", text) == [("1 x CPU", "4"), ("1 x GPU", "2")]  # results.json's
-
-
-def test_finetune_study_with_runs_keeps_the_records_of_the_schemes_it_leaves_out(bench, tmp_path, monkeypatch):
-    runs = [{"run": f"runs/{pos}-patch{lr}-seed0", "pos": pos, "stem": "patch", "seed": 0, "pos_lr_scale": 30.0,
-             "pos_weight_decay": 0.0, "test_top1": 0.9}
-            for pos, lr in (("rope2d", ""), ("learned", "-lr30"))]  # fmt: skip
-    finetune = finetune_here(bench, tmp_path, monkeypatch, runs)
-    learned_ckpt = str(tmp_path / "runs/learned-patch-lr30-seed0/checkpoints/last.ckpt")
-    kept = {"run": "runs/learned-patch-lr30-seed0", "pos": "learned", "stem": "patch", "seed": 0, "img_size": 64,
-            "test_top1": 0.7}  # fmt: skip
-    stale = kept | {"run": "runs/rope2d-patch-lr1-seed0"}  # a run that is not at the default rule (any more)
-    earlier = {"records": [transfer_record("learned", 64, 0.3, 0, learned_ckpt)], "finetuned": [kept, stale]}
-    (tmp_path / "finetune.json").write_text(json.dumps(earlier))
-    trained, swept = [], []
-    monkeypatch.setattr(finetune, "train_run", lambda run_dir, flags: trained.append(run_dir.name) or {"test_top1": 1})
-
-    def transfer_study(runs, resolutions, limit, sweep_dir, temperature_grids, earlier):
-        swept.extend(r["pos"] for r in runs)
-        return {"records": [transfer_record("rope2d", 64, 0.4, 0, str(finetune.last_ckpt(runs[0])))],
-                "yarn_temperature": []}  # fmt: skip
-
-    monkeypatch.setattr(finetune, "transfer_study", transfer_study)
-    argv = ["--results", str(tmp_path / "results.json"), "--json", str(tmp_path / "finetune.json")]
-    assert finetune.main([*argv, "--runs", "rope2d:patch"]) == 0
-    assert swept == ["rope2d"] and trained == [f"rope2d-patch-seed0-ft{s}" for s in (32, 48, 64)]
-    d = json.loads((tmp_path / "finetune.json").read_text())
-    assert sorted(r["scheme"] for r in d["records"]) == ["learned", "rope2d"]  # the left-out run's sweep is kept
-    assert kept in d["finetuned"] and stale not in d["finetuned"] and len(d["finetuned"]) == 4
-    said = verdicts(resolution.finetune_section(d, read_json(tmp_path)))
-    assert said["`learned`"] == ("one seed", ["64"])  # and nothing said of 48 px, where it has none
-    with pytest.raises(SystemExit):
-        finetune.main([*argv, "--runs", "rope9:patch"])
-
-
-def test_finetune_study_keeps_an_earlier_defaults_runs_apart_until_the_schemes_current_runs_are_fine_tuned(
-    bench, tmp_path, monkeypatch
-):
-    """A scheme whose runs at the default rule have no fine-tuning yet keeps the records of its runs at an earlier
-    default, which the page shows in a table of their own; once its current runs are fine-tuned, they go."""
-    rope = {"run": "runs/rope2d-patch-seed0", "pos": "rope2d", "stem": "patch", "seed": 0, "pos_lr_scale": 30.0,
-            "pos_weight_decay": 0.0, "test_top1": 0.99, "pos_params": False}  # fmt: skip
-    learned = rope | {"run": "runs/learned-patch-lr30-seed0", "pos": "learned", "pos_params": True, "test_top1": 0.9}
-    finetune = finetune_here(bench, tmp_path, monkeypatch, [rope])  # `learned`'s checkpoint: not here yet
-    old = learned | {"run": "runs/learned-patch-lr1-seed0", "pos_lr_scale": 1.0, "test_top1": 0.5}
-    d = read_json(tmp_path)
-    (tmp_path / "results.json").write_text(json.dumps(d | {"runs": [*d["runs"], learned, old]}))
-    old_ckpt = str(tmp_path / old["run"] / "checkpoints" / "last.ckpt")
-    earlier = {"finetune": ["--epochs", "1", "--lr", "0.00025", "--warmup-epochs", "0.1"],
-               "records": [transfer_record("learned", s, 0.2, 0, old_ckpt) for s in (48, 64)],
-               "finetuned": [{"run": old["run"], "pos": "learned", "stem": "patch", "seed": 0, "img_size": s,
-                              "test_top1": t} for s, t in ((32, 0.6), (48, 0.4), (64, 0.3))]}  # fmt: skip
-    (tmp_path / "finetune.json").write_text(json.dumps(earlier))
-    monkeypatch.setattr(finetune, "train_run", lambda run_dir, flags: {"test_top1": 0.95})
-
-    def transfer_study(runs, resolutions, limit, sweep_dir, temperature_grids, earlier):
-        return {"records": [transfer_record(r["pos"], s, 0.7, 0, str(finetune.last_ckpt(r))) for r in runs
-                            for s in (48, 64)], "yarn_temperature": []}  # fmt: skip
-
-    monkeypatch.setattr(finetune, "transfer_study", transfer_study)
-    argv = ["--results", str(tmp_path / "results.json"), "--json", str(tmp_path / "finetune.json")]
-    assert finetune.main(argv) == 0
-    d = json.loads((tmp_path / "finetune.json").read_text())
-    assert {f["run"] for f in d["finetuned"]} == {rope["run"], old["run"]}
-    assert sorted(r["scheme"] for r in d["records"]) == ["learned", "learned", "rope2d", "rope2d"]
-    text = resolution.finetune_section(d, read_json(tmp_path))
-    (table,) = tables(text)
-    assert [r[0] for r in table[1:]] == ["`rope2d`"] and "`learned`" not in text  # the current default's only
-    assert re.search(r"^3 .*earlier default", text, re.M)  # the earlier default's runs, counted
-
-    (tmp_path / learned["run"] / "checkpoints").mkdir(parents=True)  # its current run, here now
-    (tmp_path / learned["run"] / "checkpoints" / "last.ckpt").write_bytes(b"weights")
-    assert finetune.main(argv) == 0
-    d = json.loads((tmp_path / "finetune.json").read_text())
-    assert {f["run"] for f in d["finetuned"]} == {rope["run"], learned["run"]}
-    assert old_ckpt not in {r["checkpoint"] for r in d["records"]}
-    text = resolution.finetune_section(d, read_json(tmp_path))
-    assert "earlier default" not in text and [r[0] for r in tables(text)[0][1:]] == ["`rope2d`", "`learned`"]
-
-
-def test_finetune_study_with_train_missing_trains_the_runs_whose_checkpoints_are_gone_as_results_py_did(
-    bench, tmp_path, monkeypatch
-):
-    """--train-missing trains a run whose checkpoint is gone and that has no fine-tuning record again, with its
-    record's scheme, seed, rule and scheme options, into its own folder, before fine-tuning it; without the flag that
-    run is left alone, and a run whose fine-tuning is recorded is not trained again."""
-    rope = {"run": "runs/rope2d-patch-seed0", "pos": "rope2d", "stem": "patch", "seed": 0, "pos_lr_scale": 30.0,
-            "pos_weight_decay": 0.0, "test_top1": 0.99}  # fmt: skip
-    finetune = finetune_here(bench, tmp_path, monkeypatch, [rope])
-    learned = rope | {"run": "runs/learned-patch-lr30-seed2", "pos": "learned", "seed": 2, "pos_kwargs": {}}
-    d = read_json(tmp_path)
-    (tmp_path / "results.json").write_text(json.dumps(d | {"runs": [*d["runs"], learned]}))
-    trained = []
-
-    def train_run(run_dir, flags, retrain=False):
-        trained.append((run_dir.relative_to(tmp_path).as_posix(), flags, retrain))
-        if "--init-from" not in flags:
-            (run_dir / "checkpoints").mkdir(parents=True)
-            (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"weights")
-        return {"test_top1": 0.9}
-
-    monkeypatch.setattr(finetune, "train_run", train_run)
-    monkeypatch.setattr(finetune, "transfer_study", lambda *a, **k: {"records": [], "yarn_temperature": []})
-    argv = ["--results", str(tmp_path / "results.json"), "--json", str(tmp_path / "finetune.json")]
-    assert finetune.main(argv) == 0
-    ft = "runs/bench-shapes/finetune"
-    assert {run for run, *_ in trained} == {f"{ft}/rope2d-patch-seed0-ft{s}" for s in (32, 48, 64)}
-    trained.clear()
-    assert finetune.main([*argv, "--train-missing"]) == 0
-    run, flags, retrain = trained[0]  # first the 32 px run, then its fine-tuning
-    assert run == learned["run"] and retrain and flags == ["--pos", "learned", "--stem", "patch", "--seed", "2",
-                                                           "--pos-lr-scale", "30", "--pos-weight-decay", "0",
-                                                           "--pos-lr-warmup-epochs", "0"]  # fmt: skip
-    assert [r for r, *_ in trained[-3:]] == [f"{ft}/learned-patch-lr30-seed2-ft{s}" for s in (32, 48, 64)]
-    (tmp_path / learned["run"] / "checkpoints" / "last.ckpt").unlink()  # gone again, its fine-tuning recorded now
-    trained.clear()
-    assert finetune.main([*argv, "--train-missing"]) == 0
-    assert learned["run"] not in [run for run, *_ in trained]
-
-
-def test_finetune_study_keeps_one_protocol_per_folder_and_no_record_of_another(bench, tmp_path, monkeypatch, capsys):
-    runs = [{"run": f"runs/rope2d-patch-seed{k}", "pos": "rope2d", "stem": "patch", "seed": k, "pos_lr_scale": 30.0,
-             "pos_weight_decay": 0.0, "test_top1": 0.9} for k in (0, 1)]  # fmt: skip
-    finetune = finetune_here(bench, tmp_path, monkeypatch, runs)
-    flags_seen = []
-
-    def train_run(run_dir, flags):
-        flags_seen.append(flags)
-        (run_dir / "results.json").parent.mkdir(parents=True, exist_ok=True)
-        (run_dir / "results.json").write_text("{}")
-        return {"test_top1": 0.5}
-
-    monkeypatch.setattr(finetune, "train_run", train_run)
-    monkeypatch.setattr(finetune, "transfer_study", lambda *a, **k: {"records": [], "yarn_temperature": []})
-    argv = ["--results", str(tmp_path / "results.json"), "--json", str(tmp_path / "finetune.json")]
-    assert finetune.main(argv) == 0
-    assert flags_seen[0][-6:] == ["--epochs", "1", "--lr", "0.00025", "--warmup-epochs", "0.1"]
-    first = json.loads((tmp_path / "finetune.json").read_text())
-    assert first["finetune"] == flags_seen[0][-6:] and len(first["finetuned"]) == 6
-    (tmp_path / runs[1]["run"] / "checkpoints" / "last.ckpt").unlink()  # its records would stay under this protocol
-
-    with pytest.raises(SystemExit):  # the default folder holds the runs of the first protocol
-        finetune.main([*argv, "--ft-lr", "0.001"])
-    assert "pass another --out" in capsys.readouterr().err
-    flags_seen.clear()
-    assert finetune.main([*argv, "--ft-lr", "0.001", "--ft-epochs", "2", "--out", "runs/ft-lr1e-3"]) == 0
-    assert all(f[-6:] == ["--epochs", "2", "--lr", "0.001", "--warmup-epochs", "0.1"] for f in flags_seen)
-    assert len(flags_seen) == 3  # seed 0 again, nothing reused from the first folder
-    second = json.loads((tmp_path / "finetune.json").read_text())
-    assert second["finetune"][:4] == ["--epochs", "2", "--lr", "0.001"]
-    assert {f["run"] for f in second["finetuned"]} == {runs[0]["run"]}  # seed 1's records were of the first protocol
-    text = resolution.finetune_section(second, None)
-    assert tables(text)[0][0][2] == "32 px +2 epochs" and "--epochs 2 --lr 0.001" in text  # the protocol it states
-
-
-def verdicts(text: str) -> dict[str, tuple[str, list[str]]]:
-    """The fine-tuning section's verdict per scheme: above / below / not separated / one seed, and at which sizes."""
-    out = {}
-    for item in (line[2:] for line in text.splitlines() if line.startswith("- ")):
-        who, said = item.split(": ", 1)
-        kind = next(k for k in ("above", "below", "not separated", "one seed") if k in said)
-        out[who] = (kind, re.findall(r"\d+", said))
-    return out
-
-
-def read_json(folder: Path) -> dict:
-    return json.loads((folder / "results.json").read_text())
 
 
 def test_results_study_trains_main_top_and_more_seeds_schemes_with_every_seed(bench, tmp_path, monkeypatch):
@@ -563,9 +150,9 @@ def test_results_study_with_jobs_trains_at_once_and_records_as_one_at_a_time(ben
         "rope2d-mixed-patch-lr30-wd0.3-start-ramp5-seed1"]  # fmt: skip
 
 
-def test_results_study_trains_scheme_options_apart_and_its_page_keeps_them_apart(bench, tmp_path, monkeypatch):
+def test_results_study_trains_scheme_options_apart(bench, tmp_path, monkeypatch):
     """A sweep item's KEY=VALUE (PART.KEY=VALUE in a composition) reaches train.py as --pos-kwarg, names the run
-    folder and the record, and the page shows those runs in their own row, never pooled with the scheme's defaults."""
+    folder and the record, never pooled with the scheme's defaults."""
     from benchmarks import results
 
     monkeypatch.setattr(results, "ROOT", tmp_path)
@@ -588,14 +175,9 @@ def test_results_study_trains_scheme_options_apart_and_its_page_keeps_them_apart
     assert "--pos-kwarg" not in flags_of["relbias-patch-lr30-wd0.3-start-ramp5-seed1"]  # the default's own run
     record = json.loads((tmp_path / "results.json").read_text())
     assert [r.get("pos_kwargs") for r in record["runs"]] == [None, None, {"locality": 0}, {"relbias": {"locality": 0}}]
-    headline, _, _, short = tables(pages.PAGES["results"](record, ROOT / "docs"))
-    assert headline[1:] == [["`relbias`", "99.0 [99.0, 99.0] (2)", "99.0 [99.0, 99.0] (2)", "100.0 [100.0, 100.0] (2)",
-                             "1 s"]]  # not the runs with options  # fmt: skip
-    rules = next(r[1] for r in short if r[0] == "x 30, ramped over 5 epochs, 0.3 to start (default)")
-    assert "`relbias` (locality=0) seed 1 (30.0)" in rules and "`relbias` seed" not in rules
 
 
-@pytest.mark.parametrize("study", ["results", "fashion_mnist"])
+@pytest.mark.parametrize("study", ["results", "study"])
 def test_studies_refuse_fewer_than_one_job_in_one_line(bench, study, capsys):
     import importlib
 

@@ -162,14 +162,16 @@ def test_the_fine_tuned_column_and_guide_line_read_the_fine_tuned_runs_only(tmp_
 
 
 def test_the_fashion_mnist_column_is_its_study_at_the_native_size_under_its_own_chosen_method(tmp_path):
-    fm = {"budget": {"img_size": 16}, "runs": [{"spec": "rope2d:patch", "seed": k} for k in SEEDS],
+    fm = {"budget": {"img_size": 16}, "sizes": ["20", "28"],
+          "runs": [{"spec": "rope2d:patch", "seed": k} for k in SEEDS],
           "choices": {"rope2d:patch": {"method": "extrapolate"}},
           "records": [{"scheme": "rope2d", "stem": "patch", "method": m, "regime": g, "resolution": r, "split": sp,
                        "seed": k, "top1": v + 0.01 * k}
                       for m, g, r, sp, v in (("extrapolate", "zoom", 28, "test", 0.80), ("interpolate", "zoom", 28,
                                              "test", 0.10), ("extrapolate", "canvas", 28, "test", 0.30),
                                              ("extrapolate", "zoom", 20, "test", 0.50),
-                                             ("extrapolate", "zoom", 28, "val", 0.99))
+                                             ("extrapolate", "zoom", 28, "val", 0.99),
+                                             ("extrapolate", "zoom", 56, "test", 0.05))  # a --far size: upsampled
                       for k in SEEDS]}  # fmt: skip
     s = summary.Study(study_json(), fmnist=fm)
     assert s.values("rope2d:patch", ("fmnist", "native")) == {k: 0.80 + 0.01 * k for k in SEEDS}  # test, zoom, 28 px

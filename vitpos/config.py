@@ -139,22 +139,19 @@ class OptimConfig:
     # The position scheme's own parameters (tables, bias MLPs, learned frequencies, PEG's conv) train at
     # lr * pos_lr_scale. Under Adam a parameter moves at most about the summed learning rate, ~0.3 over the
     # default schedule, while a position table starting at std .02 must grow to the tokens' scale:
-    # at scale 1 `learned` and `relbias` stall (docs/results.md has the ablation and every rule tried).
+    # at scale 1 `learned` and `relbias` stall. docs/protocol.md compares every rule measured, on validation top-1.
     pos_lr_scale: float = opt(30.0, "learning-rate factor for the position scheme's own parameters", gt=0)
     # At that rate a position parameter takes Adam's full-size steps whatever its gradient's size; a decay towards
     # the start bounds how far it moves and leaves what the loss keeps pushing about 1/decay from it
-    # (vitpos.optim.AdamW). It lifts rope2d-mixed+learned above the scale alone; of the rules measured only the ramp
-    # below keeps rope2d+learned at its rule-off accuracy (docs/results.md, "what each rule leaves short"). Towards
-    # the start, not zero: zero would also erase a conv's or a frequency's initialisation (PEG's kernel, RoPE-Mixed's
-    # angles). 0.3, not more: at 1 a `relbias` seed ends at 45 % (99 % at 0.3; docs/results.md).
+    # (vitpos.optim.AdamW). Towards the start, not zero: zero would also erase a conv's or a frequency's
+    # initialisation (PEG's kernel, RoPE-Mixed's angles). Scale, decay, target and ramp were chosen together on
+    # validation top-1 (docs/protocol.md).
     pos_weight_decay: float = opt(0.3, "decay of the position scheme's own parameters (see --pos-decay-to)", ge=0)
     pos_decay_to: str = opt("start", "what --pos-weight-decay pulls the position parameters towards: their "
                             "values when training starts, or zero (AdamW's decay)",
                             choices=("start", "zero"))  # fmt: skip
-    # Ramped in over 5 epochs: at the full scale from the first step rope2d+learned ends below its rule-off runs
-    # (seeds separated); ramped over 5 epochs it is within their seed noise (over 3, still below). `relbias` starts
-    # from a distance penalty (its `locality`) because from noise alone one seed stayed at 25-35 % (where a model
-    # blind to patch order ends) under every ramp measured (docs/results.md).
+    # Ramped in over 5 epochs, so that the scale does not act at full size on a table still at its start. `relbias`
+    # starts from a distance penalty (its `locality`), also chosen on validation (docs/protocol.md).
     pos_lr_warmup_epochs: float = opt(5.0, "epochs over which the position parameters' lr rises from lr to "
                                            "lr x --pos-lr-scale (0: the full scale from the first step)",
                                       ge=0)  # fmt: skip

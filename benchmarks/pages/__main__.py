@@ -12,7 +12,6 @@ from benchmarks.pages import (
     data,
     diagnostics,
     export,
-    fashion_mnist,
     frontier,
     multires,
     performance,
@@ -20,8 +19,6 @@ from benchmarks.pages import (
     pos_dynamics,
     protocol,
     real_data,
-    resolution,
-    results,
     summary,
 )
 from benchmarks.pages.common import DOCS, read
@@ -30,9 +27,6 @@ README = DOCS.parent / "README.md"
 START, END = "<!-- summary table: python -m benchmarks.pages -->", "<!-- end of summary table -->"
 # docs/<name>.md from docs/<name>.json and the folder the record is in (other records and the figures are there too)
 PAGES: dict[str, Callable[[dict, Path], str]] = {
-    "results": results.render,
-    "resolution": resolution.render,
-    "fashion_mnist": fashion_mnist.render,
     "performance": performance.render,
     "performance_compile": performance_compile.render,
     "export": export.render,

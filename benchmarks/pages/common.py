@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,7 +15,7 @@ from string import Template
 import yaml
 
 from benchmarks.rules import option_leaves, pos_rule_of
-from benchmarks.stats import mean_ci, separated
+from benchmarks.stats import mean_ci
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 HERE = Path(__file__).resolve().parent
@@ -84,16 +83,6 @@ def cell(values: list[float]) -> str:
     return f"{pct(m)} ±{100 * (hi - lo) / 2:.1f}"
 
 
-def interval(values: list[float]) -> str:
-    """'mean [low, high] (n)' in percent, the interval clipped to [0, 100]; one value: 'value (1)'; none: '—'."""
-    if not values:
-        return "—"
-    mean, lo, hi = mean_ci(values)
-    if len(values) < 2:
-        return f"{pct(mean)} (1)"
-    return f"{pct(mean)} [{pct(max(lo, 0.0))}, {pct(min(hi, 1.0))}] ({len(values)})"
-
-
 def signed(v: float) -> str:
     return f"{100 * v:+.1f}"
 
@@ -125,18 +114,6 @@ def measured_line(d: dict) -> str:
                 f" (over {m['cores']}: other work shared the machine, so the ratios within a round are what compare)"
             )
     return f"Made by `{d['command']}`, then `python -m benchmarks.pages`: {where}."
-
-
-def hardware_line(runs: list[dict], who: str = "the fine-tuning runs") -> str:
-    """Where ``runs`` trained, as their results.json name it (with how many on each), if any of them does."""
-    count = Counter(r.get("hardware") for r in runs)
-    named = [(hw, n) for hw, n in count.most_common() if hw]
-    if not named:
-        return ""
-    where = ", ".join(f"{hw} ({n} run{'s' if n > 1 else ''})" for hw, n in named)
-    # records a study kept from an invocation older than the hardware field
-    older = f"; not recorded for {count[None]} older ones" if count[None] else ""
-    return f" Where {who} trained: {where}{older}."
 
 
 # -- schemes and position rules ----------------------------------------------------------------------------------
@@ -214,33 +191,3 @@ def figure(png: Path, legend: str) -> Iterator:
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
-
-
-def line_style(i: int, markers: str, pos: str, stem: str, what: str = "") -> dict:
-    """The i-th line of a plot: its own marker, solid for the six main runs and dashed after, and its label."""
-    name = pos + (" (conv)" if stem == "conv" else "") + what
-    return {"marker": markers[i % len(markers)], "linestyle": "-" if i < 6 else "--", "label": name}
-
-
-# -- runs over seeds ---------------------------------------------------------------------------------------------
-def comparisons(scored: dict[tuple[str, str], list[float]]) -> list[str]:
-    """One line per (pos, stem) with >= 2 seeds: whom it beats (disjoint 95 % intervals) and whom it does not."""
-    scored = {k: v for k, v in scored.items() if len(v) >= 2}
-    keys = sorted(scored, key=lambda k: -mean_ci(scored[k])[0])
-    out = []
-    for i, a in enumerate(keys):
-        beaten = [label(*b) for b in keys[i + 1 :] if separated(scored[a], scored[b])]
-        tied = [label(*b) for b in keys[i + 1 :] if not separated(scored[a], scored[b])]
-        if beaten:
-            tail = f"; not separated from {', '.join(tied)}" if tied else ""
-            out.append(f"- {label(*a)} beats {', '.join(beaten)}{tail}.")
-        elif tied:
-            out.append(f"- {label(*a)} is not separated from {', '.join(tied)}.")
-    return out
-
-
-def run_row(key: tuple[str, str], runs: list[dict], *more: str) -> list[str]:
-    """A scheme's runs over seeds: test and best validation top-1, ``more`` cells, the mean train time."""
-    secs = sum(r["train_seconds"] for r in runs) / len(runs)
-    return [label(*key), interval([r["test_top1"] for r in runs]), interval([r["best_val_top1"] for r in runs]),
-            *more, f"{secs:.0f} s"]  # fmt: skip

@@ -116,7 +116,8 @@ class Study:
         self.real_choices: dict = {}  # its methods, chosen on its own validation split
         if fmnist and fmnist.get("records"):
             real = Study(fmnist)
-            native = max(r["resolution"] for r in fmnist["records"] if r["split"] == "test" and r["regime"] == "zoom")
+            # the largest of its --sizes: the data set's native size (a --far size above it is the image upsampled)
+            native = max(int(s) for s in fmnist["sizes"])
             self.real, self.real_choices = (real.train, native), real.choices
             for spec in real.specs:
                 self.cells[(spec, "fmnist", "native")] = real.values(spec, ("zoom", native / real.train))

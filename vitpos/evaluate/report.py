@@ -144,7 +144,7 @@ def write_results(records: list[dict[str, Any]], out_dir: str | Path) -> Path:
 
 def load_records(path: str | Path) -> list[dict[str, Any]]:
     """Read an evaluator's resolution.json (or the folder holding it), or the records of a benchmark's
-    JSON that keeps them under "records" (docs/resolution.json)."""
+    JSON that keeps them under "records" (docs/study.json)."""
     p = Path(path)
     if p.is_dir():
         p = p / "resolution.json"

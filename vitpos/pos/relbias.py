@@ -4,10 +4,10 @@ Each block owns a table of (2H-1)(2W-1) x heads entries (trunc-normal, std .02);
 between tokens i and j is table[(dy + H-1) * (2W-1) + (dx + W-1)] with (dy, dx) their offset,
 so it depends on the offset alone. ``locality`` (default 1) starts each table from a distance penalty,
 -locality * 2^-h * |offset| for head h = 0, 1, ... (Euclidean, in patches), on top of the noise: attention is local
-from the first step, as in ALiBi, with steeper slopes. ``locality=0`` is Swin's start, noise alone: under the default
-position rule's ramp a `relbias` seed then stayed at 25-35 %, about what a model blind to patch order reaches
-(docs/results.md). With a class token, each block and head also learns the bias between it and the patches
-(``prefix_bias``, as BEiT: prefix -> patch, patch -> prefix, prefix -> prefix), zero at init like the table's mean.
+from the first step, as in ALiBi, with steeper slopes. ``locality=0`` is Swin's start, noise alone; the start was
+chosen on validation top-1 (docs/protocol.md). With a class token, each block and head also learns the bias between
+it and the patches (``prefix_bias``, as BEiT: prefix -> patch, patch -> prefix, prefix -> prefix), zero at init like
+the table's mean.
 
 Methods for a new grid (h, w):
 
