@@ -158,6 +158,7 @@ def test_the_fine_tuned_column_and_guide_line_read_the_fine_tuned_runs_only(tmp_
     assert "fine-tuned 2x" not in page.split("Columns not swept yet")[-1].split(".")[0]
     assert "seeds fine-tuned per scheme: `learned` 3, `rope2d` 3." in page and "--init-from ... --epochs 1" in page
     assert "- fine-tuning runs: ? (?), torch ?, commit ft1" in page  # where they trained
+    assert "not start from the method validation chose: `rope2d` starts as `extrapolate` serves the new grid." in page
     assert block.splitlines()[0].endswith("| fine-tuned 2x | Fashion-MNIST |")
 
 

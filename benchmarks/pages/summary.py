@@ -397,8 +397,12 @@ def coverage(study: Study) -> str:
     for f in study.data.get("finetuned", []):
         done[f["spec"]].add(f["seed"])
     starts = {s: fine_tune_start(s) for s in study.specs if done[s]}
-    fresh = [f"{label(s)} starts as `{m}` serves the new grid" for s, m in starts.items()
-             if m is not None and m != study.choices.get(s, {}).get("method")]  # fmt: skip
+    by_start: dict[str, list[str]] = defaultdict(list)  # the method a fine-tuning run starts from -> its schemes
+    for s, m in starts.items():
+        if m is not None and m != study.choices.get(s, {}).get("method"):
+            by_start[m].append(label(s))
+    fresh = [f"{' and '.join(names)} start{'s' if len(names) == 1 else ''} as `{m}` serves the new grid"
+             for m, names in by_start.items()]  # fmt: skip
     fresh_text = (" A scheme with nothing grid-sized to carry is rebuilt for the new grid, so its epoch does not start "
                   f"from the method validation chose: {'; '.join(fresh)}." if fresh else "")  # fmt: skip
     tuned = (f" Fine-tuned: one more epoch at {', '.join(tuned)} px from each run's last checkpoint (`train.py "
