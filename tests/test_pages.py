@@ -508,6 +508,13 @@ def test_the_real_data_page_derives_its_columns_from_its_sizes_and_pairs_the_rul
     row = next(ln for ln in rule.splitlines() if ln.startswith("| `learned`")).split(" | ")
     assert row[1:] == ["+10.0 [+10.0, +10.0] *", "+0.0 [+0.0, +0.0]", "-10.0 [-10.0, -10.0] * |"]
     assert "`rope2d`" not in rule  # no run without the rule to pair with
+    assert "Above the native" not in page  # no size above the native one
+    on["far"] = ["56"]
+    on["records"] += [r | {"resolution": 56, "top1": 0.3} for r in on["records"] if r["resolution"] == 28]
+    assert real_data.columns_of(on)[-2:] == [("canvas", 1.75), ("canvas", 3.5)]
+    page = real_data.render(on, tmp_path)
+    assert "| zoom 1.75x | zoom 3.5x | canvas 1.75x | canvas 3.5x |" in page
+    assert "Above the native 28 px (56 px (3.5x); `--far`, the chosen method only)" in page
 
 
 def claims_jsons() -> tuple[dict, dict]:

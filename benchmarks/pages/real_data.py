@@ -16,11 +16,26 @@ from benchmarks.stats import holm, paired
 
 
 def columns_of(data: dict) -> list[tuple[str, float]]:
-    """The training size, then every other size under zoom and each larger one under canvas, as factors."""
+    """The training size, then every other size under zoom and each larger one under canvas, as factors; the --far
+    sizes (the chosen method only) last in each regime."""
     train = data["budget"]["img_size"]
     sizes = sorted(int(s) for s in data.get("sizes", []))
-    zoom = [("zoom", s / train) for s in sizes if s != train]
-    return [("zoom", 1.0), *zoom, *(("canvas", s / train) for s in sizes if s > train)]
+    far = sorted(int(s) for s in data.get("far") or [] if int(s) not in sizes)
+    zoom = [("zoom", s / train) for s in sizes + far if s != train]
+    return [("zoom", 1.0), *zoom, *(("canvas", s / train) for s in sizes + far if s > train)]
+
+
+def upsampled_line(data: dict) -> str | None:
+    """What the sizes above the native one are, where the study has any."""
+    native = max(int(s) for s in data["sizes"])
+    above = sorted(int(s) for s in data.get("far") or [] if int(s) > native)
+    if not above:
+        return None
+    train = data["budget"]["img_size"]
+    named = ", ".join(f"{s} px ({s / train:g}x)" for s in above)
+    return (f"Above the native {native} px ({named}; `--far`, the chosen method only) a zoom test image is the native "
+            "one upsampled, with no new detail: the sweep an upsampled photo gives, beside the sizes that carry real "
+            "detail.")  # fmt: skip
 
 
 def rule_section(on: Study, off: Study | None, columns: list[tuple[str, float]]) -> str:
@@ -91,6 +106,7 @@ def render(data: dict, folder: Path, off: dict | None = None) -> str:
         off_command=(off or {}).get("command", "not run"),
         seeds=", ".join(f"{label(s)} {len(v)}" for s, v in study.seeds().items()) or "none",
         table=study.table(columns),
+        upsampled=upsampled_line(data),
         methods=table(["scheme", "method (val)"], [row[:2] for row in method_rows(study, [])]),
         rule=rule_section(study, Study(off) if off else None, columns),
         ordering=ordering_section(study),
