@@ -12,7 +12,8 @@ The protocol, frozen before test is read:
    background; vitpos.regime), with every transfer method its scheme offers.
 3. Choice: each scheme's transfer method is the one with the highest mean validation top-1 over its seeds, the sizes
    other than the training size and both regimes. It is written into the JSON before any test number is read.
-4. Test: the whole test split, every size, both regimes, every method (each record names its split).
+4. Test: the whole test split, every size, both regimes, every method (each record names its split);
+   ``--test-methods chosen``: the chosen method only, for a study whose pages read nothing else.
 5. Controls (canvas, above the training size, the chosen method): pooling over the scene's tokens only, log-n logit
    scaling, and the scene shifted off the patch grid by half a patch: what the canvas changes besides position.
 6. Far sizes (``--far``, 128 px = 4x by default): the whole test split under both regimes with the chosen method
@@ -238,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-resolutions", type=int, nargs="+", metavar="PX",
                    help="train every run at these sizes, one per batch (train.py's --train-resolutions): the "
                         "multi-resolution baseline; its runs' folders name them: use its own --json")  # fmt: skip
+    p.add_argument("--test-methods", choices=("all", "chosen"), default="all",
+                   help="the methods step 4 tests: every one (the pages' grey lines and one-method comparisons), "
+                        "or each scheme's chosen one only, for a study whose pages read nothing else")  # fmt: skip
     p.add_argument("--controls", action=argparse.BooleanOptionalAction, default=True,
                    help="sweep the canvas controls (scene pooling, log-n scaling, off the patch grid)")  # fmt: skip
     args = p.parse_args(argv)
@@ -330,8 +334,14 @@ def main(argv: list[str] | None = None) -> int:
         if split == "test":
             choices = choose_methods(records, cfg.model.img_size)
             save()  # the choice is on disk before test is read
-        for run, ckpt, sha, _ in trained():
-            record(run, ckpt, sha, {"split": split, "sizes": args.sizes, "limit": limit}, split, args.sizes, limit)
+        for run, ckpt, sha, method in trained():
+            sweep = {"split": split, "sizes": args.sizes, "limit": limit}
+            if split == "test" and args.test_methods == "chosen" and method is not None:
+                if any(r.get("ckpt_sha256") == sha and r.get("sweep") == sweep for r in records):
+                    continue  # every method is tested already, the chosen one with them
+                record(run, ckpt, sha, sweep | {"method": method}, split, args.sizes, limit, [method])
+            else:
+                record(run, ckpt, sha, sweep, split, args.sizes, limit)
 
     # the records of an earlier choice's method (controls, far sizes) go: a page reads the current choice only
     stale = [

@@ -226,6 +226,31 @@ def test_far_sizes_are_tested_once_after_the_choice_with_the_chosen_method_only(
     assert cells.values("rope2d:patch", ("zoom", 4.0)) == {0: 0.3} == cells.values("rope2d:patch", ("canvas", 4.0))
 
 
+def test_test_methods_chosen_tests_the_chosen_method_only_and_keeps_an_earlier_test_of_every_method(
+    tmp_path, monkeypatch, run_dir
+):
+    monkeypatch.setattr(study, "train_run", lambda rd, flags, retrain=False: {"run": str(rd.relative_to(tmp_path))})
+    seen = []
+
+    def sweep(ckpt, split, sizes, limit, methods=None, regimes=("zoom", "canvas"), **control):
+        seen.append((split, methods))
+        return swept(ckpt, split, methods)
+
+    monkeypatch.setattr(study, "sweep_checkpoint", sweep)
+    monkeypatch.setattr(study, "entropy_rows", lambda ckpt, method, sizes: [{}])
+    out = tmp_path / "study.json"
+    argv = ["--runs", "rope2d:patch", "--seeds", "0", "--out", "runs", "--json", str(out), "--sizes", "32", "64",
+            "--no-controls", "--far", "--finetune"]  # fmt: skip
+    assert study.main([*argv, "--test-methods", "chosen"]) == 0
+    assert seen == [("val", None), ("test", ["interpolate"])]
+    tested = [r for r in json.loads(out.read_text())["records"] if r["split"] == "test"]
+    assert [r["method"] for r in tested] == ["interpolate"] and tested[0]["sweep"]["method"] == "interpolate"
+    out.unlink()
+    seen.clear()
+    assert study.main(argv) == 0 and seen == [("val", None), ("test", None)]  # every method
+    assert study.main([*argv, "--test-methods", "chosen"]) == 0 and len(seen) == 2  # the chosen one is among them
+
+
 def test_each_run_is_fine_tuned_once_per_checkpoint_from_its_last_checkpoint_and_tested_there(
     tmp_path, monkeypatch, run_dir
 ):
