@@ -183,6 +183,7 @@ def test_the_fashion_mnist_column_is_its_study_at_the_native_size_under_its_own_
     assert "with `extrapolate`, 81.0 ±" in line and "(the only scheme measured)" in line
     page, _ = summary.render(study_json(), tmp_path, fmnist=fm)
     assert "Fashion-MNIST: trained at 16 px (downsampled), tested at its native 28 px" in page
+    assert "(docs/fashion_mnist_study.json); seeds per scheme: `rope2d` 3." in page
     assert "Fashion-MNIST" not in page.split("Columns not swept yet")[-1].split(".")[0]
     page, _ = summary.render(study_json(), tmp_path)
     assert "Fashion-MNIST." in page.split("Columns not swept yet")[-1]  # no study on it yet: named as missing
@@ -197,8 +198,9 @@ def test_readme_block_is_replaced_between_the_markers_only():
 
 def test_the_readme_table_is_the_one_rendered_from_docs_study_json(tmp_path):
     data = json.loads((ROOT / "docs" / "study.json").read_text())
-    results, cost = (pages.read(ROOT / "docs" / f"{name}.json") for name in ("results", "cost"))
-    _, block = summary.render(data, tmp_path, results, cost)
+    results, cost, fmnist = (pages.read(ROOT / "docs" / f"{name}.json")
+                             for name in ("results", "cost", "fashion_mnist_study"))  # fmt: skip
+    _, block = summary.render(data, tmp_path, results, cost, fmnist)
     readme = (ROOT / "README.md").read_text()
     between = readme.split(pages.START)[1].split(pages.END)[0].strip()
     assert between == block.strip()
@@ -244,9 +246,9 @@ def test_a_scheme_no_study_has_swept_is_listed_as_not_chosen_on_validation():
 
 @pytest.mark.parametrize("study", ["study", "frontier"])
 def test_every_schemes_default_transfer_method_is_the_one_validation_chose(study):
-    """The studies' choices (docs/study.json, docs/frontier.json; made on validation) are what vitpos serves a new grid
-    with by default, but for a named exception, which holds only while validation still chooses what it names and its
-    reason is true: a method that cannot be exported as one dynamic file."""
+    """The studies' choices (docs/study.json, docs/frontier.json, docs/claims.json; made on validation) are what
+    vitpos serves a new grid with by default, but for a named exception, which holds only while validation still
+    chooses what it names and its reason is true: a method that cannot be exported as one dynamic file."""
     from vitpos.export import NotDynamic, export_program
 
     choices = json.loads((ROOT / "docs" / f"{study}.json").read_text())["choices"]
@@ -574,3 +576,19 @@ def test_claims_are_paired_against_the_studys_runs_at_the_published_factor_and_m
         claims.render(data, tmp_path, main | {"budget": {"img_size": 16}})
     data["records"] = [r for r in data["records"] if r["seed"] == 0]  # one seed: no verdict
     assert "no factor above 1x has two seeds" in claims.render(data, tmp_path, main)
+
+
+def test_every_published_claim_is_held_or_named_as_not_held():
+    """Each entry of docs/anchors.yaml is a claim the claims page holds, links to, or names with what it needs, or a
+    reference number a page reads (a rate, a size, a peak)."""
+    from benchmarks.pages import claims
+    from benchmarks.pages.common import anchors
+
+    named = set(claims.HELD) | set(claims.ELSEWHERE) | set(claims.NOT_HELD)
+    references = set(anchors()) - named
+    assert references == {"vit_s16_train_throughput", "imagenet_train", "gpu_peak_tflops"}
+    sources = "".join(p.read_text() for p in (ROOT / "benchmarks" / "pages").glob("*.py"))
+    assert all(f'"{k}"' in sources for k in references)
+    for key in claims.HELD:
+        claim = claims.Claim.of(key)
+        assert claim.a != claim.b and anchors()[key]["source"]

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     proto = read(folder / "protocol.json")
     front = read(folder / "frontier.json")
     if proto is not None:
-        (folder / "protocol.md").write_text(protocol.render(proto, study, front))
+        (folder / "protocol.md").write_text(protocol.render(proto, study, front, read(folder / "claims.json")))
         print(f"wrote {folder / 'protocol.md'}")
     if front is not None:
         (folder / "frontier.md").write_text(frontier.render(front, folder, study, read(folder / "cost.json")))

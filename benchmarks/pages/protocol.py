@@ -1,5 +1,5 @@
-"""docs/protocol.md: what each default was chosen on (validation), from docs/protocol.json, docs/study.json and
-docs/frontier.json."""
+"""docs/protocol.md: what each default was chosen on (validation), from docs/protocol.json, docs/study.json,
+docs/frontier.json and docs/claims.json."""
 
 from __future__ import annotations
 
@@ -72,7 +72,9 @@ def method_table(*studies: dict | None) -> str:
     return "\n\n".join([table(heads, rows), *notes, *filter(None, [unchosen(choices)])])
 
 
-def render(protocol: dict, study: dict | None, frontier: dict | None = None) -> str:
+def render(protocol: dict, study: dict | None, *others: dict | None) -> str:
+    """docs/protocol.md; each scheme's method from ``study`` (docs/study.json) or else the first of ``others``
+    (docs/frontier.json, docs/claims.json) that chose one."""
     chosen = protocol["rule"]["chosen"]
     rows = [[rule_text(t["other"]), str(t["pairs"]), signed(t["mean_diff"]), f"{t['wins']} / {t['losses']}"]
             for t in protocol["rule"]["comparisons"] if t["rule"] == chosen]  # fmt: skip
@@ -89,6 +91,6 @@ def render(protocol: dict, study: dict | None, frontier: dict | None = None) -> 
         + f" (seeds {', '.join(map(str, start['seeds']))})",
         top=", ".join(f"`{s}`" for s in top["chosen"]),
         top_detail=", ".join(f"`{s}` {pct(v)}" for s, v in list(top["seed0_val"].items())[:6]),
-        methods=method_table(study, frontier),
+        methods=method_table(study, *others),
         command=protocol["command"],
     )

@@ -411,9 +411,11 @@ def coverage(study: Study) -> str:
              if tuned else "")  # fmt: skip
     real = ""
     if study.real:
+        counts = {s: len(v) for s in study.specs if (v := study.values(s, ("fmnist", "native")))}
+        seeds = ", ".join(f"{label(s)} {n}" for s, n in counts.items())
         real = (f" Fashion-MNIST: trained at {study.real[0]} px (downsampled), tested at its native {study.real[1]} px "
                 "(zoom: the larger size carries real detail) with the method its own validation split chose "
-                "(docs/fashion_mnist_study.json).")  # fmt: skip
+                f"(docs/fashion_mnist_study.json); seeds per scheme: {seeds or 'none'}.")  # fmt: skip
     return (
         f"Seeds trained per scheme{of}: {', '.join(parts) or 'none'}; seeds swept on test: "
         f"{', '.join(map(str, sorted(swept))) or 'none'}. Sizes swept: {', '.join(study.data.get('sizes', []))} px"
