@@ -8,7 +8,8 @@ mean's interval: comparisons need at least two runs on each side (two pairs when
 effect they leave possible. Once a page's comparisons are corrected together, each interval is widened to
 Bonferroni's level, 1 - ALPHA / m for m comparisons, so that all of them hold together at 95 %. An interval that
 excludes zero is then always separated by Holm (which is never less powerful than Bonferroni); Holm may also separate a
-difference whose interval just touches zero.
+difference whose interval just touches zero. Values are top-1 fractions, so a difference lies in [-1, 1] and every
+interval is cut to that range: with two seeds over many comparisons the t-interval alone reaches far beyond it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,12 @@ from scipy import stats as sp
 
 ALPHA = 0.05
 LEVEL = 0.95
+# a difference of two top-1 fractions lies in [-1, 1]: an interval is cut to that range, which keeps its coverage
+BOUND = 1.0
+
+
+def bounded(low: float, high: float) -> tuple[float, float]:
+    return max(low, -BOUND), min(high, BOUND)
 
 
 def mean_ci(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
@@ -74,7 +81,7 @@ def paired(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Diff
         return Difference(m, m, m, 1.0 if m == 0 else 0.0, n, n, "paired t", 0.0, n - 1, level=level)
     se = math.sqrt(sum((v - m) ** 2 for v in d) / (n - 1) / n)
     p = float(sp.ttest_rel(a, b).pvalue)
-    return Difference(m, lo, hi, p, n, n, "paired t", se, n - 1, level=level)
+    return Difference(m, *bounded(lo, hi), p, n, n, "paired t", se, n - 1, level=level)
 
 
 def welch(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Difference:
@@ -90,7 +97,7 @@ def welch(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Diffe
     dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     h = sp.t.ppf(0.5 + level / 2, dof) * math.sqrt(va + vb)
     p = float(sp.ttest_ind(a, b, equal_var=False).pvalue)
-    return Difference(d, d - h, d + h, p, len(a), len(b), "Welch t", math.sqrt(va + vb), dof, level=level)
+    return Difference(d, *bounded(d - h, d + h), p, len(a), len(b), "Welch t", math.sqrt(va + vb), dof, level=level)
 
 
 def holm(diffs: Sequence[Difference]) -> list[Difference]:
@@ -105,9 +112,11 @@ def holm(diffs: Sequence[Difference]) -> list[Difference]:
         adjusted[i] = running
     level = 1 - ALPHA / max(m, 1)
     q = 0.5 + level / 2
-    return [replace(d, p_holm=p, low=d.diff - sp.t.ppf(q, d.dof) * d.se, high=d.diff + sp.t.ppf(q, d.dof) * d.se,
-                    level=level)
-            for d, p in zip(diffs, adjusted, strict=True)]  # fmt: skip
+    out = []
+    for d, p in zip(diffs, adjusted, strict=True):
+        low, high = bounded(d.diff - sp.t.ppf(q, d.dof) * d.se, d.diff + sp.t.ppf(q, d.dof) * d.se)
+        out.append(replace(d, p_holm=p, low=low, high=high, level=level))
+    return out
 
 
 def wilson(correct: int, total: int, level: float = LEVEL) -> tuple[float, float]:

@@ -59,7 +59,8 @@ def test_corrected_intervals_are_bonferronis_and_never_contradict_the_verdict():
     separated"), and it is the t-interval at level 1 - 0.05 / m around the same mean."""
     rng = random.Random(1)
     shifts = (0, 0.5, 1, 1.5, 3) * 2
-    pairs = [([rng.gauss(s, 1) for _ in range(5)], [rng.gauss(0, 1) for _ in range(5)]) for s in shifts]
+    pairs = [([rng.gauss(0.5 + s / 10, 0.1) for _ in range(5)], [rng.gauss(0.5, 0.1) for _ in range(5)])
+             for s in shifts]  # fmt: skip
     raw = [stats.paired(a, b) for a, b in pairs]
     corrected = stats.holm(raw)
     assert len({d.verdict for d in corrected}) > 1  # the family mixes separated and not
@@ -70,8 +71,8 @@ def test_corrected_intervals_are_bonferronis_and_never_contradict_the_verdict():
         assert (c.low, c.high) == pytest.approx((wide.low, wide.high))
         if c.low > 0 or c.high < 0:
             assert c.verdict != "not separated"
-    a, b = [1, 2, 3], [0, 0.5, 0.7, 0.2]
-    w = stats.holm([stats.welch(a, b), stats.welch([1, 2], [2, 3])])[0]
+    a, b = [0.1, 0.2, 0.3], [0, 0.05, 0.07, 0.02]
+    w = stats.holm([stats.welch(a, b), stats.welch([0.1, 0.2], [0.2, 0.3])])[0]
     assert (w.low, w.high) == pytest.approx((stats.welch(a, b, w.level).low, stats.welch(a, b, w.level).high))
 
 
@@ -89,3 +90,14 @@ def test_wilson_interval_contains_the_rate_and_narrows_with_more_images():
     lo2, hi2 = stats.wilson(900, 1000)
     assert hi2 - lo2 < hi - lo
     assert stats.wilson(0, 10)[0] == pytest.approx(0, abs=1e-12)
+
+
+def test_intervals_are_cut_to_the_range_a_difference_of_top1_can_take():
+    wild = stats.paired([0.9, 0.1], [0.1, 0.9])  # two seeds that disagree: t with one degree of freedom
+    raw = stats.mean_ci([0.8, -0.8])
+    assert raw[1] < -1 and raw[2] > 1 and (wild.low, wild.high) == (-1.0, 1.0)
+    (widened,) = stats.holm([stats.paired([0.9, 0.8], [0.25, 0.25])])  # +0.65, +0.55: its t reaches past +1 only
+    assert widened.high == 1.0 and -1.0 < widened.low < widened.diff
+    calm = stats.paired([0.9, 0.91, 0.92], [0.8, 0.81, 0.83])
+    assert (calm.low, calm.high) == pytest.approx(stats.mean_ci([0.1, 0.1, 0.09])[1:])  # within the range: untouched
+    assert stats.welch([0.9, 0.1], [0.5, 0.5]).low == -1.0
