@@ -189,6 +189,7 @@ def test_rope2d_norm_is_rope2d_on_normalised_coordinates_with_rescale_2():
 @pytest.mark.parametrize("grid", [TRAIN, (4, 10), (12, 6)], ids=str)
 def test_rope2d_norm_coordinates_and_angles_follow_dinov3(coords, grid):
     m = build("rope2d-norm", embed_dim=64, pos_kwargs={"coords": coords}).eval()  # head dim 16
+    m.pos.method = "normalized"  # DINOv3's: every grid onto [-1, 1]
     lengths = {"separate": grid, "min": (min(grid),) * 2, "max": (max(grid),) * 2}[coords]
     c = norm_coords_by_hand(grid, lengths)
     torch.testing.assert_close(m.pos.coords(grid), c, **FP32)

@@ -244,7 +244,7 @@ def test_a_scheme_no_study_has_swept_is_listed_as_not_chosen_on_validation():
     assert "`learned`" not in unchosen and "`none`" not in unchosen  # one method each
 
 
-@pytest.mark.parametrize("study", ["study", "frontier"])
+@pytest.mark.parametrize("study", ["study", "frontier", "claims"])
 def test_every_schemes_default_transfer_method_is_the_one_validation_chose(study):
     """The studies' choices (docs/study.json, docs/frontier.json, docs/claims.json; made on validation) are what
     vitpos serves a new grid with by default, but for a named exception, which holds only while validation still
@@ -572,6 +572,10 @@ def test_claims_are_paired_against_the_studys_runs_at_the_published_factor_and_m
     assert "- zoom 4x: `rope2d-norm` above `rope2d`: not separated" in dino  # every factor: no published one
     assert "`cpb` above `relbias` (`resize`): agrees, +20.0" in page
     assert "LieRE" in page.split("## Claims not held yet")[1]
+    far = [r for r in data["records"] if r["scheme"] != "cpb" or r["resolution"] != 128]  # cpb's 4x not swept
+    assert "4x cell (`--far 128`, the chosen method only): `rope2d` 3, `relbias` 3, `cpb` 0, `lookhere` 3" in (
+        claims.render(data | {"records": far}, tmp_path, main)
+    )
     with pytest.raises(SystemExit, match="differ in budget"):
         claims.render(data, tmp_path, main | {"budget": {"img_size": 16}})
     data["records"] = [r for r in data["records"] if r["seed"] == 0]  # one seed: no verdict

@@ -138,6 +138,7 @@ def render(data: dict, folder: Path, main: dict | None) -> str:
         "claims.md",
         command=data["command"],
         seeds=", ".join(f"{label(s)} {len(v)}" for s, v in seeds.items() if v),
+        far=", ".join(f"{label(s)} {len(study.values(s, ('zoom', 4.0)))}" for s, v in seeds.items() if v),
         table=study.table(COLUMNS),
         differences=table(["difference (points)", *(head(*c) for c in COLUMNS[1:])], rows),
         claims="\n\n".join(claim_section(c, diffs) for c in claims),

@@ -30,7 +30,7 @@ pairs (``yx``, DINOv3's).
 
 `rope2d-norm` is DINOv3's RoPE as a preset of this scheme: normalised ``separate`` coordinates, row pairs
 first, trained with the released augmentation ``rescale=2`` unless ``--pos-aug`` says otherwise; its methods
-keep their names, ``normalized`` (the default) and ``extrapolate``.
+keep their names, ``extrapolate`` (the default, chosen on validation: docs/protocol.md) and ``normalized``.
 """
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ class Rope2dNormPos(Rope2dPos):
     """`rope2d-norm`: DINOv3's RoPE (facebookresearch/dinov3), rope2d on normalised patch centres with the row pairs
     first, trained with the released ``rescale=2`` (see the module docstring); a preset, no code of its own."""
 
-    methods = ("normalized", "extrapolate")
+    methods = ("extrapolate", "normalized")
     default_aug = PosAug(rescale=2.0)
 
     def __init__(self, *, coords: str = "separate", order: str = "yx", **kw):
