@@ -306,12 +306,16 @@ def main(argv: list[str] | None = None) -> int:
                 runs[run["run"]] = run
     save()
 
+    def recorded(sha: str, sweep: dict) -> bool:
+        """Whether this sweep of the checkpoint with this SHA-256 is in the record."""
+        return any(r.get("ckpt_sha256") == sha and r.get("sweep") == sweep for r in records)
+
     def record(run: dict, ckpt: Path, sha: str, sweep: dict, *how, extra: dict | None = None,
                **control: str) -> None:  # fmt: skip
         """``sweep_checkpoint(ckpt, *how, **control)``'s records under ``sweep``, unless that sweep of this checkpoint
         is recorded; they replace its earlier records of the same sweep, stamped with where they were made. Each cell
         must count the sweep's limit of images, or its whole split."""
-        if any(r.get("ckpt_sha256") == sha and r.get("sweep") == sweep for r in records):
+        if recorded(sha, sweep):
             return
         stamp = provenance() | {"ckpt_sha256": sha, "train_commit": run.get("commit"), **(extra or {})}
         n = images(sweep["split"])
@@ -337,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         for run, ckpt, sha, method in trained():
             sweep = {"split": split, "sizes": args.sizes, "limit": limit}
             if split == "test" and args.test_methods == "chosen" and method is not None:
-                if any(r.get("ckpt_sha256") == sha and r.get("sweep") == sweep for r in records):
+                if recorded(sha, sweep):
                     continue  # every method is tested already, the chosen one with them
                 record(run, ckpt, sha, sweep | {"method": method}, split, args.sizes, limit, [method])
             else:
