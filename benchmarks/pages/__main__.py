@@ -81,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         (folder / "augmentation.md").write_text(augmentation.render(aug, folder, study, front))
         print(f"wrote {folder / 'augmentation.md'}")
     if study is not None:
-        page, block = summary.render(study, folder, read(folder / "results.json"), read(folder / "cost.json"),
-                                     read(folder / "fashion_mnist_study.json"))  # fmt: skip
+        others = (read(folder / f"{name}.json") for name in ("results", "cost", "fashion_mnist_study", "rerun"))
+        page, block = summary.render(study, folder, *others)
         (folder / "summary.md").write_text(page)
         print(f"wrote {folder / 'summary.md'}")
         if folder == DOCS:

@@ -280,6 +280,33 @@ def reruns(study: Study, earlier: dict | None) -> str:
                   "rerun machine"], rows)  # fmt: skip
 
 
+def same_kind_reruns(reran: dict | None) -> str:
+    """docs/rerun.json (benchmarks/rerun.py): each recorded run trained again by its study's flags on the same kind
+    of machine, its test top-1 beside the record's, the largest difference of their last weights, and a verdict line
+    counting those that agree exactly."""
+    same = [r for r in (reran or {}).get("reruns", []) if r["recorded"].get("hardware") == r["rerun"].get("hardware")]
+    if not same:
+        return "No run has been trained again on the same kind of machine yet (`python -m benchmarks.rerun`)."
+
+    def weights(w: float | None) -> str:
+        return "—" if w is None else "0 (bit for bit)" if w == 0 else f"{w:.2g}"
+
+    rows = []
+    for r in sorted(same, key=lambda r: (r["spec"], r["seed"])):
+        old, new = r["recorded"], r["rerun"]
+        rows.append([label(r["spec"]), str(r["seed"]), f"{pct(old['test_top1'])} ({old.get('commit', '?')})",
+                     f"{pct(new['test_top1'])} ({new.get('commit', '?')})", signed(new["test_top1"] - old["test_top1"]),
+                     weights(r.get("max_weight_difference")), new.get("hardware", "?")])  # fmt: skip
+    gaps = [abs(r["rerun"]["test_top1"] - r["recorded"]["test_top1"]) for r in same]
+    exact, bits = gaps.count(0.0), sum(r.get("max_weight_difference") == 0 for r in same)
+    verdict = (f"{exact} of {len(same)} reruns on the same kind of machine give the recorded test top-1 exactly, and "
+               f"{bits} end on the same weights bit for bit")  # fmt: skip
+    verdict += "." if exact == len(same) else f"; the largest difference is {100 * max(gaps):.1f} points."
+    heads = ["scheme", "seed", "recorded test top-1 (commit)", "rerun (commit)", "difference (points)",
+             "largest weight difference", "machine"]  # fmt: skip
+    return f"{verdict} Made by `{reran['command']}`.\n\n{table(heads, rows)}"
+
+
 def plot(study: Study, png: Path) -> None:
     """Small multiples: one panel per scheme, top-1 against the size factor, the validation-chosen method in colour
     and every other method of the scheme in grey (zoom solid, canvas dashed), chance and the bag-of-patches ceiling
@@ -428,10 +455,11 @@ def page_missing(missing: list[str]) -> str:
 
 
 def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | None = None,
-           fmnist: dict | None = None) -> tuple[str, str]:  # fmt: skip
+           fmnist: dict | None = None, reran: dict | None = None) -> tuple[str, str]:  # fmt: skip
     """(docs/summary.md, the README's table block) from docs/study.json (``earlier``, docs/results.json, for the
     reruns' table; ``cost``, docs/cost.json, for the cost column; ``fmnist``, docs/fashion_mnist_study.json, for the
-    Fashion-MNIST column); the figure is written beside the page."""
+    Fashion-MNIST column; ``reran``, docs/rerun.json, for the reruns on the same kind of machine); the figure is
+    written beside the page."""
     study = Study(data, cost, fmnist)
     plot(study, folder / "summary.png")
     missing = [head(*c) for c in COLUMNS if not any(study.values(s, c) for s in study.specs)]
@@ -448,6 +476,7 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
         shuffle=shuffle_table(study),
         noise=ceiling_noise(study),
         reruns=reruns(study, earlier),
+        same_kind=same_kind_reruns(reran),
         machines=study_machines(data),
     )
     note = (f"Mean test top-1 (%) ± the 95 % interval's half-width over seeds (¹: one seed; —: not measured). "

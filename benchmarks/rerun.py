@@ -1,0 +1,95 @@
+"""Does a recorded run come out the same when it is trained again? The check behind the summary's reruns.
+
+    python -m benchmarks.rerun --runs learned:patch rope2d:patch --seeds 0 --json docs/rerun.json
+    python -m benchmarks.pages
+
+Each named run of a study's record (docs/study.json by default) is trained again, in a folder of its own, with the
+``train.py`` flags the study gave it (its scheme, seed, position rule, augmentation and training sizes), by the code
+of this checkout on this machine. The rerun is set beside the record: test and best validation top-1, and the
+largest absolute difference over every tensor of the two last checkpoints' weights (0: bit for bit the same).
+On the same kind of machine the floating-point order is the same, so a rerun should agree exactly; where it does
+not, the page shows by how much.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from benchmarks.common import ROOT, has_pos_params, run_specs, study_run, train_run, write_record
+from benchmarks.rules import pos_rule_of
+
+
+def weight_difference(a: Path, b: Path) -> float:
+    """The largest |a - b| over every floating-point tensor of two checkpoints' state dicts (inf where their keys or
+    shapes differ): 0.0 means the two trainings ended on the same weights, bit for bit."""
+    import torch
+
+    from vitpos.checkpoint import load_checkpoint
+
+    sa, sb = load_checkpoint(a)["state_dict"], load_checkpoint(b)["state_dict"]
+    if sa.keys() != sb.keys() or any((sa[k].shape, sa[k].dtype) != (sb[k].shape, sb[k].dtype) for k in sa):
+        return float("inf")
+    if not all(torch.equal(sa[k], sb[k]) for k in sa if not sa[k].is_floating_point()):
+        return float("inf")
+    floats = [k for k in sa if sa[k].is_floating_point() and sa[k].numel()]
+    return max(((sa[k].double() - sb[k].double()).abs().max().item() for k in floats), default=0.0)
+
+
+def study_flags(study: dict) -> tuple[list[str], dict, str | None, list[int] | None]:
+    """What a study passed to every run beyond scheme and seed: its config and size flags, its position rule, its
+    position augmentation and its training sizes (from the record's budget and arguments)."""
+    budget = study["budget"]
+    flags = ["--config", budget["config"]] if budget.get("config") else []
+    flags += ["--img-size", str(budget["img_size"])]
+    return flags, pos_rule_of(budget, "rule_"), study.get("pos_aug"), study.get("train_resolutions")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--study", default=str(ROOT / "docs" / "study.json"), help="the record whose runs are rerun")
+    p.add_argument("--runs", nargs="+", required=True, metavar="POS:STEM")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--out", default="runs/rerun", help="folder of the reruns (never the study's own)")
+    p.add_argument("--json", default=str(ROOT / "docs" / "rerun.json"))
+    args = p.parse_args(argv)
+    run_specs(p, args.runs)
+    path = Path(args.study)
+    if not path.is_file():
+        p.error(f"no study record at {path}")
+    study = json.loads(path.read_text())
+    recorded = {(r["spec"], r["seed"]): r for r in study.get("runs", [])}
+    missing = [f"{s} seed {k}" for s in args.runs for k in args.seeds if (s, k) not in recorded]
+    if missing:
+        p.error(f"{path} records no run {', '.join(missing)}")
+    out = ROOT / args.out
+    if any((ROOT / recorded[(s, k)]["run"]).resolve().is_relative_to(out.resolve()) for s in args.runs
+           for k in args.seeds):  # fmt: skip
+        p.error(f"--out {args.out} holds the study's own runs: a rerun must not overwrite them")
+    flags, rule, aug, sizes = study_flags(study)
+    target = Path(args.json)
+    rows = json.loads(target.read_text()).get("reruns", []) if target.is_file() else []
+    for spec in args.runs:
+        for seed in args.seeds:
+            old = recorded[(spec, seed)]
+            pos, _, stem = spec.partition(":")
+            run_dir, run_flags = study_run(out, pos, stem, seed, rule, {}, has_pos_params(spec), aug, sizes)
+            if run_dir.name != Path(old["run"]).name:  # the folder names the flags: the same name, the same command
+                p.error(
+                    f"{spec} seed {seed}: the study's run {old['run']} was not made by these flags ({run_dir.name})"
+                )
+            new = train_run(run_dir, [*flags, *run_flags])
+            old_ckpt, new_ckpt = ROOT / old["run"] / "checkpoints" / "last.ckpt", run_dir / "checkpoints" / "last.ckpt"
+            diff = weight_difference(old_ckpt, new_ckpt) if old_ckpt.is_file() else None
+            row = {"spec": spec, "seed": seed, "study": str(path.relative_to(ROOT) if path.is_relative_to(ROOT)
+                   else path), "recorded": old, "rerun": new, "max_weight_difference": diff}  # fmt: skip
+            rows = [r for r in rows if (r["spec"], r["seed"], r["study"]) != (spec, seed, row["study"])] + [row]
+            write_record(target, "rerun.py", argv, reruns=rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
