@@ -24,7 +24,8 @@ The protocol, frozen before test is read:
 8. Patch-shuffle test at the training size (the whole test split, one fixed permutation of the patches;
    vitpos.diagnose): whether a model is blind to patch order, which is what the bag-of-patches ceiling assumes.
 9. Fine-tuned (``--finetune``, 64 px = 2x by default): each run trained one more epoch at that size from its last
-   checkpoint (``train.py --init-from``; the scheme's default method carries the position to the new grid), then
+   checkpoint (``train.py --init-from``, which starts where the scheme's default method serves the new grid: a
+   scheme with nothing grid-sized keeps its training grid, ``--pos-grid``, and a grid-sized table is carried), then
    tested there on the whole test split. The fine-tuning recipe (FINETUNE: a quarter of the learning rate, a short
    warmup) is Swin v2's, fixed beforehand and not tuned on any split.
 
@@ -181,6 +182,16 @@ def shuffle_row(ckpt: Path) -> dict:
     dm = build_datamodule(cfg.data, img_size=cfg.model.img_size, seed=cfg.trainer.seed)
     loader = DataLoader(dm.eval_dataset(cfg.model.img_size, "test", None), batch_size=250)
     return patch_shuffle_test(model.eval(), loader)
+
+
+def fine_tune_start(ckpt: Path) -> str | None:
+    """The method whose service of a new grid a fine-tuning run from ``ckpt`` starts from, where the run keeps the
+    scheme at its training grid (``PosScheme.serves_by_method``: the scheme's default method); None where the run
+    carries the scheme's grid-sized state there instead (by that same method) or the scheme has one method."""
+    from vitpos.checkpoint import model_from_checkpoint
+
+    pos = model_from_checkpoint(ckpt)[1].pos
+    return pos.methods[0] if pos.serves_by_method else None
 
 
 def data_budget(cfg: Config) -> dict:
@@ -391,13 +402,17 @@ def main(argv: list[str] | None = None) -> int:
     # 9. fine-tuned at each --finetune size, seed by seed, then tested there (train.py's own test)
     def finetune(job: tuple[dict, Path, str, str]) -> dict | None:
         run, ckpt, sha, size = job
-        if any(f["from_sha256"] == sha and f["size"] == int(size) and f["recipe"] == FINETUNE for f in finetuned):
+        start = fine_tune_start(ckpt)
+        if any(f["from_sha256"] == sha and f["size"] == int(size) and f["recipe"] == FINETUNE
+               and f.get("start") == start for f in finetuned):  # fmt: skip
             return None
         flags = [*data_flags, "--init-from", str(ckpt), "--img-size", size, "--seed", str(run["seed"]), *FINETUNE]
-        res = train_run(out / "finetune" / f"{Path(run['run']).name}-ft{size}-{FINETUNE_SLUG}", flags)
+        kept = f"-from-{start}" if start else ""  # a folder of its own: a run that rebuilt the scheme is kept apart
+        res = train_run(out / "finetune" / f"{Path(run['run']).name}-ft{size}{kept}-{FINETUNE_SLUG}", flags)
         made = {k: res[k] for k in ("hardware", "device", "commit", "torch", "ckpt_sha256") if k in res}
         return {"spec": run["spec"], "seed": run["seed"], "run": run["run"], "size": int(size), "recipe": FINETUNE,
-                "from_sha256": sha, "top1": res["test_top1"], "finetune_run": res["run"], **made}  # fmt: skip
+                "from_sha256": sha, "top1": res["test_top1"], "finetune_run": res["run"], **made,
+                **({"start": start} if start else {})}  # fmt: skip
 
     # fine-tuning is training: the runs of --seeds, as step 1 trains them
     order = sorted((t for t in trained() if t[0]["seed"] in args.seeds), key=lambda t: (t[0]["seed"], t[0]["spec"]))

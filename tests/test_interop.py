@@ -18,6 +18,7 @@ from vitpos import interop
 from vitpos.errors import ConfigError
 from vitpos.interop import from_timm, rope_dim_order, to_timm
 from vitpos.pos import POS_REGISTRY, POS_SCHEMES
+from vitpos.pos.base import PosScheme
 from vitpos.pretrained import load_pretrained, transfer_weights
 from vitpos.training import main as train_main
 
@@ -262,6 +263,44 @@ def test_carry_reproduces_the_transfer_method(pos, tiny):
     rescales = {"interpolate", "yarn", "ntk"} & set(default.split("+"))
     spacing = pos == "rope2d-norm" and default == "extrapolate"
     assert default in checked or (rescales and "extrapolate" in checked[0]) or (spacing and checked == ["normalized"])
+
+
+@pytest.mark.parametrize("pos", POS_SCHEMES)
+def test_a_fine_tuning_run_starts_where_the_default_method_serves_its_size(pos):
+    """``--init-from`` at a new size (apply_architecture, then transfer_weights): the model a fine-tuning run starts
+    from computes what its source computes there by the default method. A scheme with nothing sized by the grid is
+    kept at its training grid (``pos_grid``) and serves the new one by that method; one with a grid-sized state
+    carries it there. A composition with a grid-sized part carries it and rebuilds the rest: its start is named
+    (test_carry_reproduces_the_transfer_method), not claimed here."""
+    from vitpos.config import Config, model_from_config
+    from vitpos.pretrained import ARCH_FIELDS, Pretrained, apply_architecture
+
+    cfg = Config()
+    cfg.model.pos, cfg.model.class_token = pos, True
+    for k, v in SMALL.items():
+        setattr(cfg.model, k, v)
+    src = randomize(model_from_config(cfg)).eval()
+    arch = {k: getattr(cfg.model, k) for k in ARCH_FIELDS}
+    new = Config()
+    new.model.img_size, new.model.num_classes = NEW[0], SMALL["num_classes"]  # img_size is one number: square
+    apply_architecture(new.model, Pretrained("src", src, arch, cfg.model.img_size))
+    dst = model_from_config(new).eval()
+    notes = transfer_weights(src, dst)
+    kept = src.pos.serves_by_method
+    assert (new.model.pos_grid == [8, 8]) == kept and dst.grid == (12, 12)
+    said = f"position kept at its 8x8 training grid, 12x12 served by '{src.pos.methods[0]}'"
+    assert (said in notes) == kept, notes
+    carries = type(src.pos).state_at_grid is not PosScheme.state_at_grid
+    if not kept and carries and "+" in pos:
+        return
+    x = torch.randn(2, 3, NEW[0], NEW[0])
+    with torch.no_grad():
+        assert rel_err(dst(x), src(x)) <= EQUIV_RTOL, rel_err(dst(x), src(x))
+    if kept and src.pos.methods[0] == "interpolate":  # rebuilt at the new grid, it would start as `extrapolate`
+        rebuilt = model_from_config(Config.from_dict(new.to_dict() | {"model": vars(new.model) | {"pos_grid": []}}))
+        transfer_weights(src, rebuilt.eval())
+        with torch.no_grad():
+            assert rel_err(rebuilt(x), dst(x)) > DIFFERENT
 
 
 def test_carry_reinitialises_a_head_for_other_classes(tiny):

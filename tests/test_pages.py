@@ -109,7 +109,7 @@ def test_fine_tuning_starts_where_the_named_method_serves_the_new_grid(pos):
     carries its parameters by its chosen method is not named."""
     from vitpos.pretrained import transfer_weights
 
-    method = summary.fine_tune_start(f"{pos}:patch")
+    method = summary.rebuilt_start(f"{pos}:patch")
     if method is None:
         from vitpos.pos.base import PosScheme
 

@@ -264,6 +264,8 @@ def test_each_run_is_fine_tuned_once_per_checkpoint_from_its_last_checkpoint_and
     monkeypatch.setattr(study, "train_run", train_run)
     monkeypatch.setattr(study, "sweep_checkpoint", lambda ckpt, split, *a, **k: swept(ckpt, split))
     monkeypatch.setattr(study, "entropy_rows", lambda ckpt, method, sizes: [{}])
+    start = None  # a scheme that carries a grid-sized state (the checkpoint's bytes are no model here)
+    monkeypatch.setattr(study, "fine_tune_start", lambda ckpt: start)
     out = tmp_path / "study.json"
     argv = ["--runs", "rope2d:patch", "--seeds", "0", "--out", "runs", "--json", str(out), "--sizes", "32", "64",
             "--no-controls", "--far"]  # fmt: skip
@@ -274,10 +276,17 @@ def test_each_run_is_fine_tuned_once_per_checkpoint_from_its_last_checkpoint_and
     assert (
         flags[6:] == study.FINETUNE
         and folder.parent.name == "finetune"
-        and folder.name.endswith(f"-ft64-{study.FINETUNE_SLUG}")
+        and folder.name.endswith(f"-seed0-ft64-{study.FINETUNE_SLUG}")
     )
     (row,) = json.loads(out.read_text())["finetuned"]
     assert row["size"] == 64 and row["top1"] == 0.8 and row["spec"] == "rope2d:patch" and row["seed"] == 0
+    assert "start" not in row
+    start = "interpolate"  # now it keeps its training grid: the run it made rebuilt the scheme, and is made again
+    assert study.main(argv) == 0 and len(trained) == 4
+    assert trained[-1][0].name.endswith(f"-seed0-ft64-from-interpolate-{study.FINETUNE_SLUG}")  # a folder apart
+    (row,) = json.loads(out.read_text())["finetuned"]
+    assert row["start"] == "interpolate"
+    trained[2:] = []  # as before the scheme kept its grid
     assert row["from_sha256"] == study.fingerprint(ckpt) and row["ckpt_sha256"] == "f" * 64
     assert json.loads(out.read_text())["finetune_recipe"] == study.FINETUNE
     assert study.main(argv) == 0 and len(trained) == 3  # the run is looked up again; its fine-tuning is recorded
@@ -318,6 +327,7 @@ def test_a_study_on_another_data_set_and_size_trains_tunes_and_chooses_there(tmp
     monkeypatch.setattr(study, "sweep_checkpoint", sweep)
     monkeypatch.setattr(study, "entropy_rows", lambda ckpt, method, sizes: [{}])
     monkeypatch.setattr(study, "shuffle_row", lambda ckpt: {"drop": 0.5})
+    monkeypatch.setattr(study, "fine_tune_start", lambda ckpt: None)  # learned carries its table
     out = tmp_path / "fm.json"
     argv = ["--runs", "learned:patch", "--seeds", "0", "--out", "runs", "--json", str(out), "--config", "fm.yaml",
             "--img-size", "16", "--sizes", "12", "16", "20", "--far", "--finetune", "28", "--no-controls",
@@ -394,3 +404,8 @@ def test_a_cell_that_counted_fewer_images_than_asked_is_not_recorded(capsys):
     assert study.complete(full, 2000, "ckpt") == full
     assert study.complete([{"samples": 2000}, {"samples": 1300}], 2000, "ckpt") == []
     assert "counted fewer than 2000 images" in capsys.readouterr().out
+
+
+def test_a_fine_tuning_run_names_the_method_it_starts_from_where_it_keeps_the_schemes_grid(tmp_path):
+    assert study.fine_tune_start(untrained_checkpoint(tmp_path / "rope.ckpt", "rope2d")) == "interpolate"
+    assert study.fine_tune_start(untrained_checkpoint(tmp_path / "table.ckpt", "learned")) is None  # carried

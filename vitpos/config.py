@@ -76,6 +76,11 @@ class ModelConfig:
     # training-only augmentation of the patch coordinates (vitpos.pos.base.PosAug); evaluation is deterministic
     pos_aug: str = opt("default", "position augmentation in training: shift=S,jitter=J,rescale=R,fuzzy[=F] (any of "
                        "them), off, or default (the scheme's own: rescale=2 for rope2d-norm, else off)")  # fmt: skip
+    # the grid the position scheme trained on, where it differs from the model's: a run fine-tuned at a new size
+    # from a scheme with nothing sized by the grid keeps its start's grid and serves its own by the scheme's
+    # transfer method (vitpos.pretrained.apply_architecture), so that fine-tuning starts where that method left off
+    pos_grid: list[int] = opt(factory=list, help="ROWS COLS: the token grid the position scheme trained on, served "
+                              "at this size by its transfer method (none: the model's own grid)", gt=0)  # fmt: skip
     # options pretrained families need (vitpos.interop)
     fc_norm: bool = opt(False, "LayerNorm after pooling instead of before it (BEiT, DeiT-III with avg pool)")
     qkv_bias: str = opt(
@@ -337,6 +342,8 @@ def check(cfg: Config) -> None:
         choices = f.metadata.get("choices")
         if choices is not None and value is not None and value not in choices:
             raise ConfigError(f"unknown {flag} '{value}'; valid: {', '.join(choices)}")
+    if len(cfg.model.pos_grid) not in (0, 2):
+        raise ConfigError(f"--pos-grid takes two numbers, rows and columns, got {len(cfg.model.pos_grid)}")
 
 
 def _check_bounds(flag: str, v: float, meta: Any) -> None:
@@ -368,4 +375,4 @@ def model_from_config(cfg: Config) -> ViT:
                         in_chans=m.in_chans, class_token=m.class_token, global_pool=m.global_pool,
                         drop_path_rate=m.drop_path_rate, layer_scale_init=m.layer_scale_init,
                         pos_kwargs=m.pos_kwargs, pos_aug=m.pos_aug, fc_norm=m.fc_norm, qkv_bias=m.qkv_bias,
-                        norm_eps=m.norm_eps)  # fmt: skip
+                        norm_eps=m.norm_eps, pos_grid=tuple(m.pos_grid) or None)  # fmt: skip

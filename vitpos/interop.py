@@ -320,6 +320,10 @@ def to_timm(vit: ViT) -> nn.Module:
     pos_name = next((k for k, v in _pos_names().items() if isinstance(vit.pos, v) and _matches(vit, k)), None)
     if pos_name is None:
         raise ConfigError(f"to_timm: timm has no model for this position scheme; supported: {', '.join(_pos_names())}")
+    if vit.pos.train_grid != vit.grid:
+        g, t = vit.grid, vit.pos.train_grid
+        raise ConfigError(f"to_timm: the position trained on a {t[0]}x{t[1]} grid and serves this model's "
+                          f"{g[0]}x{g[1]} by '{vit.pos.method}'; timm's models have no such setting")  # fmt: skip
     if not isinstance(vit.stem[0], nn.Conv2d) or len(vit.stem) != 1:
         raise ConfigError("to_timm: only the patch stem has a timm equivalent")
     conv = vit.stem[0]

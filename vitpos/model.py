@@ -125,7 +125,11 @@ class Block(nn.Module):
 
 
 class ViT(nn.Module):
-    """A ViT whose patch-position strategy is the ``pos`` scheme; any grid the patch size divides is served."""
+    """A ViT whose patch-position strategy is the ``pos`` scheme; any grid the patch size divides is served.
+
+    ``pos_grid``: the token grid the scheme trained on where it is not ``img_size``'s; the scheme then serves the
+    model's own grid by its transfer method, as it serves any other (a run fine-tuned at a new size keeps its start's
+    grid this way: ``vitpos.pretrained.apply_architecture``)."""
 
     def __init__(
         self,
@@ -149,6 +153,7 @@ class ViT(nn.Module):
         fc_norm: bool = False,
         qkv_bias: str = "qkv",
         norm_eps: float = 1e-5,
+        pos_grid: tuple[int, int] | None = None,
     ):
         super().__init__()
         if pos not in POS_REGISTRY:
@@ -179,7 +184,7 @@ class ViT(nn.Module):
             dim=embed_dim,
             num_heads=num_heads,
             depth=depth,
-            grid=self.grid,
+            grid=self.grid if pos_grid is None else to_hw(pos_grid),  # where they differ, the method serves self.grid
             num_prefix_tokens=self.num_prefix_tokens,
             pos_aug=pos_aug,
             **(pos_kwargs or {}),

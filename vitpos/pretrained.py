@@ -170,6 +170,10 @@ def apply_architecture(model_cfg: ModelConfig, pre: Pretrained, asked: set[str] 
         raise ConfigError(
             f"--img-size {model_cfg.img_size} is not a multiple of the patch size {model_cfg.patch_size} of {pre.spec}"
         )
+    grid = [model_cfg.img_size // model_cfg.patch_size] * 2
+    if pre.model.pos.serves_by_method and not model_cfg.pos_grid:  # fine-tuning starts where the method left off
+        trained = list(pre.model.pos.train_grid)
+        model_cfg.pos_grid = trained if trained != grid else []
 
 
 def _shown(value: Any) -> str:
@@ -179,14 +183,18 @@ def _shown(value: Any) -> str:
 def transfer_weights(source: ViT, target: ViT) -> list[str]:
     """Load ``source``'s weights into ``target`` (the same architecture at its own grid and classes).
 
-    The scheme carries its parameters to ``target``'s grid by ``source.pos.method``; the head is left as
+    The scheme carries its parameters to ``target``'s grid by ``source.pos.method`` (or, kept at its training grid
+    by ``target``'s ``pos_grid``, serves the new grid by its method in every forward); the head is left as
     ``target`` initialised it when the class counts differ. Returns one note per change, for the log.
     """
     with torch.no_grad():
         state = {k: v for k, v in source.state_dict().items() if not k.startswith("pos.")}
         state.update({f"pos.{k}": v for k, v in source.pos.state_at_grid(target.grid).items()})
     notes = []
-    if source.grid != target.grid:
+    if target.pos.train_grid != target.grid:
+        t, g = target.pos.train_grid, target.grid
+        notes.append(f"position kept at its {t[0]}x{t[1]} training grid, {g[0]}x{g[1]} served by '{target.pos.method}'")
+    elif source.grid != target.grid:
         notes.append(
             f"position carried from grid {source.grid[0]}x{source.grid[1]} to {target.grid[0]}x{target.grid[1]} "
             f"by '{source.pos.method}'"

@@ -375,10 +375,11 @@ def study_machines(data: dict) -> str:
     return "\n".join(f"- {what}: {m}" for what, key in parts for m in machines(data.get(key, []))) or "- none"
 
 
-def fine_tune_start(spec: str) -> str | None:
-    """The transfer method that serves a new grid as fine-tuning there starts: for a scheme with nothing grid-sized
-    to carry, the run rebuilds the scheme for its own grid, which need not be what the chosen method served. None
-    where the scheme carries its parameters by its chosen method (``PosScheme.state_at_grid``) or has one method."""
+def rebuilt_start(spec: str) -> str | None:
+    """The transfer method that serves a new grid as a fine-tuning run there starts, for a run that rebuilt a scheme
+    with nothing grid-sized to carry for its own grid (its record names no ``start``: it did not keep the scheme's
+    training grid), which need not be what the chosen method served. None where the scheme carries its parameters by
+    its chosen method (``PosScheme.state_at_grid``) or has one method."""
     import torch
 
     from vitpos.pos.base import PosScheme
@@ -421,17 +422,22 @@ def coverage(study: Study) -> str:
     tuned = study.data.get("finetune")
     recipe = " ".join(study.data.get("finetune_recipe", []))
     done: dict[str, set[int]] = defaultdict(set)
+    starts: dict[str, set[str | None]] = defaultdict(set)  # the methods each scheme's fine-tuning runs start from
     for f in study.data.get("finetuned", []):
         done[f["spec"]].add(f["seed"])
-    starts = {s: fine_tune_start(s) for s in study.specs if done[s]}
-    by_start: dict[str, list[str]] = defaultdict(list)  # the method a fine-tuning run starts from -> its schemes
-    for s, m in starts.items():
-        if m is not None and m != study.choices.get(s, {}).get("method"):
-            by_start[m].append(label(s))
+        starts[f["spec"]].add(f.get("start"))
+    by_start: dict[str, list[str]] = defaultdict(list)  # a start other than the chosen method -> its schemes
+    for s in study.specs:
+        for m in {rebuilt_start(s) if m is None else m for m in starts[s]}:
+            if m is not None and m != study.choices.get(s, {}).get("method"):
+                by_start[m].append(label(s))
     fresh = [f"{' and '.join(names)} start{'s' if len(names) == 1 else ''} as `{m}` serves the new grid"
              for m, names in by_start.items()]  # fmt: skip
-    fresh_text = (" A scheme with nothing grid-sized to carry is rebuilt for the new grid, so its epoch does not start "
-                  f"from the method validation chose: {'; '.join(fresh)}." if fresh else "")  # fmt: skip
+    fresh_text = (" A run that rebuilt a scheme with nothing grid-sized to carry for the new grid (its record names no "
+                  f"start) does not start from the method validation chose: {'; '.join(fresh)}." if fresh else
+                  " Each epoch starts where the chosen method serves the new grid: a scheme with nothing grid-sized "
+                  "keeps its training grid and serves the new one by that method (`--pos-grid`), a grid-sized table "
+                  "is carried there by it.")  # fmt: skip
     tuned = (f" Fine-tuned: one more epoch at {', '.join(tuned)} px from each run's last checkpoint (`train.py "
              f"--init-from ... {recipe}`), then tested there; seeds fine-tuned per scheme: "
              f"{', '.join(f'{label(s)} {len(done[s])}' for s in study.specs if done[s]) or 'none'}.{fresh_text}"

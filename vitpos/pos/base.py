@@ -288,6 +288,15 @@ class PosScheme(nn.Module):
         applied to q and k (AttnPos.mix), are folded into the q and k projections; (self, None): nothing to fold."""
         return self, None
 
+    @property
+    def serves_by_method(self) -> bool:
+        """Whether a model fine-tuned at a new grid keeps this scheme at its training grid, serving the new one by
+        the current method: true where nothing in the scheme is sized by the grid (``state_at_grid`` unchanged) and
+        it has more than one method. Rebuilt for the new grid, such a scheme would take that grid as trained and
+        serve it as its own (integer positions: ``extrapolate``), whatever its method; a scheme with a grid-sized
+        state carries that state to the new grid by its method instead."""
+        return len(self.methods) > 1 and type(self).state_at_grid is PosScheme.state_at_grid
+
     def state_at_grid(self, grid: Grid) -> dict[str, Tensor]:
         """State for this scheme rebuilt with ``grid`` as its training grid (fine-tuning at a new size),
         carried there by the current method. Default: the state unchanged (nothing in it is sized by the grid)."""

@@ -131,6 +131,15 @@ class ComposedPos(PosScheme):
     def no_weight_decay(self) -> set[str]:
         return {f"parts.{name}.{n}" for name, part in self.parts.items() for n in part.no_weight_decay()}
 
+    @property
+    def serves_by_method(self) -> bool:
+        """Kept at its training grid for fine-tuning where no part carries grid-sized state and some part serves a
+        new grid by its method (`rope2d+peg`); a part with such state (`rope2d+learned`'s table) makes the whole
+        composition carry its state to the new grid instead, its rotary part then rebuilt for that grid."""
+        parts = self.parts.values()
+        plain = all(type(p).state_at_grid is PosScheme.state_at_grid for p in parts)
+        return plain and any(p.serves_by_method for p in parts)
+
     def state_at_grid(self, grid: Grid) -> dict[str, Tensor]:
         return {
             f"parts.{name}.{k}": v for name, part in self.parts.items() for k, v in part.state_at_grid(grid).items()
