@@ -5,8 +5,9 @@
 
 Each named run of a study's record (docs/study.json by default) is trained again, in a folder of its own, with the
 ``train.py`` flags the study gave it (its scheme, seed, position rule, augmentation and training sizes), by the code
-of this checkout on this machine. The rerun is set beside the record: test and best validation top-1, and the
-largest absolute difference over every tensor of the two last checkpoints' weights (0: bit for bit the same).
+of this checkout on this machine. The rerun is set beside the record: test and best validation top-1, the config
+fields the two runs' config.yaml set differently (none: the same command), and the largest absolute difference over
+every tensor of the two last checkpoints' weights (0: bit for bit the same).
 On the same kind of machine the floating-point order is the same, so a rerun should agree exactly; where it does
 not, the page shows by how much.
 """
@@ -36,6 +37,17 @@ def weight_difference(a: Path, b: Path) -> float:
         return float("inf")
     floats = [k for k in sa if sa[k].is_floating_point() and sa[k].numel()]
     return max(((sa[k].double() - sb[k].double()).abs().max().item() for k in floats), default=0.0)
+
+
+def config_differences(a: Path, b: Path) -> list[str]:
+    """The config fields two runs' config.yaml files set differently (``section.field``), each read as today's Config
+    (a field added since a run was made takes its default), where each run went aside: none means the same command."""
+    from vitpos.config import Config
+
+    ca, cb = (Config.from_yaml(p).to_dict() for p in (a, b))
+    fields = {(s, k) for c in (ca, cb) for s, v in c.items() if isinstance(v, dict) for k in v}
+    differ = [f"{s}.{k}" for s, k in sorted(fields) if ca.get(s, {}).get(k) != cb.get(s, {}).get(k)]
+    return [d for d in differ if d != "trainer.out"]
 
 
 def study_flags(study: dict) -> tuple[list[str], dict, str | None, list[int] | None]:
@@ -84,8 +96,11 @@ def main(argv: list[str] | None = None) -> int:
             new = train_run(run_dir, [*flags, *run_flags])
             old_ckpt, new_ckpt = ROOT / old["run"] / "checkpoints" / "last.ckpt", run_dir / "checkpoints" / "last.ckpt"
             diff = weight_difference(old_ckpt, new_ckpt) if old_ckpt.is_file() else None
+            configs = [ROOT / old["run"] / "config.yaml", run_dir / "config.yaml"]
             row = {"spec": spec, "seed": seed, "study": str(path.relative_to(ROOT) if path.is_relative_to(ROOT)
-                   else path), "recorded": old, "rerun": new, "max_weight_difference": diff}  # fmt: skip
+                   else path), "recorded": old, "rerun": new, "max_weight_difference": diff,
+                   "config_differences": config_differences(*configs) if all(map(Path.is_file, configs))
+                   else None}  # fmt: skip
             rows = [r for r in rows if (r["spec"], r["seed"], r["study"]) != (spec, seed, row["study"])] + [row]
             write_record(target, "rerun.py", argv, reruns=rows)
     return 0

@@ -321,18 +321,18 @@ def test_reruns_table_sets_each_rerun_beside_its_earlier_record_and_names_both_m
 
 def test_same_kind_reruns_count_exact_agreement_and_leave_other_machines_to_the_other_table():
     def row(spec, old, new, w, hardware="1 x CPU"):
-        return {"spec": spec, "seed": 0, "max_weight_difference": w,
+        return {"spec": spec, "seed": 0, "max_weight_difference": w, "config_differences": [],
                 "recorded": {"test_top1": old, "commit": "aaa", "hardware": "1 x CPU"},
                 "rerun": {"test_top1": new, "commit": "bbb", "hardware": hardware}}  # fmt: skip
 
     reran = {"command": "python -m benchmarks.rerun", "reruns": [row("rope2d:patch", 0.9915, 0.9915, 0.0)]}
     text = summary.same_kind_reruns(reran)
     assert text.startswith("1 of 1 reruns on the same kind of machine give the recorded test top-1 exactly, and 1 end")
-    assert "| `rope2d` | 0 | 99.2 (aaa) | 99.2 (bbb) | +0.0 | 0 (bit for bit) | 1 x CPU |" in text
+    assert "| `rope2d` | 0 | 99.2 (aaa) | 99.2 (bbb) | +0.0 | none | 0 (bit for bit) | 1 x CPU |" in text
     reran["reruns"] += [row("learned:patch", 0.976, 0.971, 3e-4), row("relbias:patch", 0.9, 0.5, 1.0, "1 x GPU")]
     text = summary.same_kind_reruns(reran)
     assert text.startswith("1 of 2 reruns") and "the largest difference is 0.5 points." in text
-    assert "| `learned` | 0 | 97.6 (aaa) | 97.1 (bbb) | -0.5 | 0.0003 | 1 x CPU |" in text
+    assert "| `learned` | 0 | 97.6 (aaa) | 97.1 (bbb) | -0.5 | none | 0.0003 | 1 x CPU |" in text
     assert "`relbias`" not in text  # another kind of machine: not a same-kind rerun
     assert summary.same_kind_reruns(None).startswith("No run has been trained again")
 

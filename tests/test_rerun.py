@@ -87,3 +87,12 @@ def test_a_rerun_refuses_the_studys_own_folder_a_missing_run_and_other_flags(tmp
         rerun.main([*base, "--runs", "learned:patch"])
     assert "was not made by these flags" in capsys.readouterr().err
     assert not study_record  # nothing was trained
+
+
+def test_config_differences_name_the_fields_two_runs_set_apart_but_where_they_went(tmp_path):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("model:\n  pos: rope2d\n  img_size: 32\ntrainer:\n  out: runs/a\n  seed: 0\n")
+    b.write_text("model:\n  pos: rope2d\n  img_size: 32\ntrainer:\n  out: runs/b\n  seed: 0\n")
+    assert rerun.config_differences(a, b) == []
+    b.write_text("model:\n  pos: rope2d\n  img_size: 48\n  pos_grid: [8, 8]\ntrainer:\n  out: runs/b\n  seed: 0\n")
+    assert rerun.config_differences(a, b) == ["model.img_size", "model.pos_grid"]  # a's pos_grid: its default

@@ -291,19 +291,23 @@ def same_kind_reruns(reran: dict | None) -> str:
     def weights(w: float | None) -> str:
         return "—" if w is None else "0 (bit for bit)" if w == 0 else f"{w:.2g}"
 
+    def configs(d: list[str] | None) -> str:
+        return "—" if d is None else ", ".join(f"`{k}`" for k in d) or "none"
+
     rows = []
     for r in sorted(same, key=lambda r: (r["spec"], r["seed"])):
         old, new = r["recorded"], r["rerun"]
         rows.append([label(r["spec"]), str(r["seed"]), f"{pct(old['test_top1'])} ({old.get('commit', '?')})",
                      f"{pct(new['test_top1'])} ({new.get('commit', '?')})", signed(new["test_top1"] - old["test_top1"]),
-                     weights(r.get("max_weight_difference")), new.get("hardware", "?")])  # fmt: skip
+                     configs(r.get("config_differences")), weights(r.get("max_weight_difference")),
+                     new.get("hardware", "?")])  # fmt: skip
     gaps = [abs(r["rerun"]["test_top1"] - r["recorded"]["test_top1"]) for r in same]
     exact, bits = gaps.count(0.0), sum(r.get("max_weight_difference") == 0 for r in same)
     verdict = (f"{exact} of {len(same)} reruns on the same kind of machine give the recorded test top-1 exactly, and "
                f"{bits} end on the same weights bit for bit")  # fmt: skip
     verdict += "." if exact == len(same) else f"; the largest difference is {100 * max(gaps):.1f} points."
     heads = ["scheme", "seed", "recorded test top-1 (commit)", "rerun (commit)", "difference (points)",
-             "largest weight difference", "machine"]  # fmt: skip
+             "config fields set apart", "largest weight difference", "machine"]  # fmt: skip
     return f"{verdict} Made by `{reran['command']}`.\n\n{table(heads, rows)}"
 
 
