@@ -215,6 +215,10 @@ def test_protocol_page_states_the_rule_and_the_methods_chosen_on_validation():
     assert page.count("| lr x") == len(
         [t for t in proto["rule"]["comparisons"] if t["rule"] == proto["rule"]["chosen"]]
     )
+    runs = [{"spec": "rope2d+peg:patch", "seed": k} for k in (0, 1)] + [{"spec": "rope2d:patch", "seed": 0}]
+    assert protocol.studied_seeds(["rope2d+peg:patch", "relbias+peg:patch"], {"runs": runs}, None, {"runs": runs}) == (
+        "`rope2d+peg:patch` 2, `relbias+peg:patch` none"
+    )  # a seed in two records counts once
 
 
 def test_a_default_that_differs_from_validations_choice_is_numbered_with_its_reason(monkeypatch):

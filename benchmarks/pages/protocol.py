@@ -72,6 +72,12 @@ def method_table(*studies: dict | None) -> str:
     return "\n\n".join([table(heads, rows), *notes, *filter(None, [unchosen(choices)])])
 
 
+def studied_seeds(specs: list[str], *records: dict | None) -> str:
+    """How many seeds of each scheme the study records hold (the runs a page can read), e.g. "`liere:patch` none"."""
+    seeds = {s: {r["seed"] for rec in records if rec for r in rec.get("runs", []) if r["spec"] == s} for s in specs}
+    return ", ".join(f"`{s}` {len(v) or 'none'}" for s, v in seeds.items())
+
+
 def render(protocol: dict, study: dict | None, *others: dict | None) -> str:
     """docs/protocol.md; each scheme's method from ``study`` (docs/study.json) or else the first of ``others``
     (docs/frontier.json, docs/claims.json) that chose one."""
@@ -91,6 +97,7 @@ def render(protocol: dict, study: dict | None, *others: dict | None) -> str:
         + f" (seeds {', '.join(map(str, start['seeds']))})",
         top=", ".join(f"`{s}`" for s in top["chosen"]),
         top_detail=", ".join(f"`{s}` {pct(v)}" for s, v in list(top["seed0_val"].items())[:6]),
+        top_seeds=studied_seeds(top["chosen"], study, *others),
         methods=method_table(study, *others),
         command=protocol["command"],
     )
