@@ -45,7 +45,7 @@ def study_json() -> dict:
     choices = {"rope2d:patch": {"method": "interpolate", "val_mean": {"interpolate": 0.6, "extrapolate": 0.3},
                                 "cells": 6},
                "learned:patch": {"method": "bicubic", "val_mean": {"bicubic": 0.5}, "cells": 3}}  # fmt: skip
-    return {"command": "python -m benchmarks.study", "budget": {"img_size": 32}, "seeds": SEEDS,
+    return {"command": "python -m benchmarks.study", "budget": {"img_size": 32, "patch_size": 4}, "seeds": SEEDS,
             "sizes": ["32", "64"], "runs": runs, "choices": choices, "records": records}  # fmt: skip
 
 
@@ -467,6 +467,16 @@ def test_multires_page_pairs_with_the_single_size_runs_and_states_the_share_of_t
     assert shares["| `learned`"][zoom2 - 1] == "0 %"  # unchanged by several sizes
     assert "every batch at one of 16, 24, 32, 48 px" in page
     assert "No scheme has two seeds both ways yet." in multires.render(multi, tmp_path, None)
+    assert "## Without the smallest size" in page and "Not measured yet." in page.split("## Without the smallest")[1]
+    ablation = study_json() | {"train_resolutions": [24, 32, 48], "command": "python -m benchmarks.study --no16"}
+    ablation["runs"] = [r for r in ablation["runs"] if r["spec"] == "rope2d:patch" and r["seed"] == 0]
+    ablation["records"] = [r | {"top1": 0.5} for r in ablation["records"] if r["scheme"] == "rope2d" and r["seed"] == 0]
+    part = multires.render(multi, tmp_path, plain, ablation).split("## Without the smallest size")[1]
+    assert "the smallest, 16 px (4 x 4 patches)" in part
+    assert "(without 16 px), by `python -m benchmarks.study --no16`" in part
+    rows = [ln.split(" | ") for ln in part.splitlines() if ln.startswith("| `rope2d`")]
+    assert [r[1] for r in rows] == ["24, 32, 48 px", "16, 24, 32, 48 px", "32 px alone"]  # its seed (0) on every side
+    assert [r[2] for r in rows] == ["50.0¹", "99.0¹", "99.0¹"]  # 1x, seed 0 only
 
 
 MODEL = {"embed_dim": 32, "depth": 2, "num_heads": 2, "patch_size": 4}

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {folder / 'claims.md'}")
     multi = read(folder / "multires.json")
     if multi is not None:
-        (folder / "multires.md").write_text(multires.render(multi, folder, study))
+        (folder / "multires.md").write_text(multires.render(multi, folder, study, read(folder / "multires_no16.json")))
         print(f"wrote {folder / 'multires.md'}")
     aug = read(folder / "augmentation.json")
     if aug is not None:

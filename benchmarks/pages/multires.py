@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.pages.augmentation import differences, method_rows
-from benchmarks.pages.common import fill, table
+from benchmarks.pages.common import cell, fill, table
 from benchmarks.pages.frontier import COLUMNS, difference_text, measured
 from benchmarks.pages.summary import Study, head, label, study_machines
 
@@ -28,8 +28,29 @@ def gap_closed(multi: Study, single: Study, spec: str, column: tuple[str, float]
     return f"{100 * sum(m[k] - s[k] for k in shared) / len(shared) / gap:.0f} %"
 
 
-def render(data: dict, folder: Path, plain: dict | None) -> str:
-    """docs/multires.md from docs/multires.json and docs/study.json (``plain``: the runs at 32 px alone)."""
+def sizes_text(data: dict) -> str:
+    return ", ".join(map(str, data.get("train_resolutions") or [])) or "?"
+
+
+def ablation_table(studies: list[tuple[str, Study | None]], columns: list[tuple[str, float]]) -> str:
+    """One row per scheme of the first study (the ablation) and training, each cell the mean over the seeds the
+    ablation has (¹: one seed), for every study that has all of them there."""
+    ablation = studies[0][1]
+    rows = []
+    for spec in ablation.specs:
+        seeds = set(ablation.seeds()[spec])
+        for name, study in studies:
+            cells = []
+            for c in columns:
+                got = study.values(spec, c) if study else {}
+                cells.append(cell([got[k] for k in sorted(seeds)]) if seeds <= set(got) else "—")
+            rows.append([label(spec), name, *cells])
+    return table(["scheme", "trained at", *(head(*c) for c in columns)], rows)
+
+
+def render(data: dict, folder: Path, plain: dict | None, ablation: dict | None = None) -> str:
+    """docs/multires.md from docs/multires.json and docs/study.json (``plain``: the runs at 32 px alone);
+    ``ablation``, docs/multires_no16.json: runs trained at several sizes without the smallest."""
     multi = Study(data)
     single = Study(plain) if plain else None
     bases = [single] if single else []
@@ -37,10 +58,21 @@ def render(data: dict, folder: Path, plain: dict | None) -> str:
     diffs = differences(multi, bases, columns)
     rows = [[label(s), *(difference_text(diffs.get((s, c))) for c in columns)] for s in multi.specs]
     gaps = [[label(s), *(gap_closed(multi, single, s, c) for c in columns[1:])] for s in multi.specs] if single else []
-    sizes = data.get("train_resolutions") or []
+    least, patch = min(data.get("train_resolutions") or [0]), data["budget"]["patch_size"]
+    smallest = f"{least} px ({least // patch} x {least // patch} patches)"
+    if ablation:
+        abl = Study(ablation)
+        studies = [(f"{sizes_text(ablation)} px", abl), (f"{sizes_text(data)} px", multi), ("32 px alone", single)]
+        without = (f"Trained at {sizes_text(ablation)} px (without {least} px), by `{ablation['command']}`; seeds: "
+                   f"{', '.join(f'{label(s)} {v}' for s, v in abl.seeds().items())}.\n\n"
+                   f"{ablation_table(studies, measured(abl, COLUMNS))}")  # fmt: skip
+    else:
+        without = "Not measured yet."
     return fill(
         "multires.md",
-        sizes=", ".join(map(str, sizes)) or "?",
+        sizes=sizes_text(data),
+        smallest=smallest,
+        without=without,
         command=data["command"],
         seeds=", ".join(f"{label(s)} {len(v)}" for s, v in multi.seeds().items()) or "none",
         table=multi.table(columns),
