@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.pages.augmentation import differences, method_rows
-from benchmarks.pages.common import cell, fill, table
+from benchmarks.pages.common import cell, fill, machines, table
 from benchmarks.pages.frontier import COLUMNS, difference_text, measured
 from benchmarks.pages.summary import Study, head, label, study_machines
 
@@ -84,4 +84,5 @@ def render(data: dict, folder: Path, plain: dict | None, ablation: dict | None =
         else "No scheme has two seeds both ways yet.",
         gaps=table(["share of the gap closed", *(head(*c) for c in columns[1:])], gaps) if diffs else None,
         machines=study_machines(data),
+        baseline="; ".join(machines(plain.get("runs", []))) if plain else "none",
     )
