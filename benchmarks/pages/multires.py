@@ -63,9 +63,9 @@ def render(data: dict, folder: Path, plain: dict | None, ablation: dict | None =
     if ablation:
         abl = Study(ablation)
         studies = [(f"{sizes_text(ablation)} px", abl), (f"{sizes_text(data)} px", multi), ("32 px alone", single)]
+        seeds = "; ".join(f"{label(spec)} {', '.join(map(str, v))}" for spec, v in abl.seeds().items())
         without = (f"Trained at {sizes_text(ablation)} px (without {least} px), by `{ablation['command']}`; seeds: "
-                   f"{', '.join(f'{label(s)} {v}' for s, v in abl.seeds().items())}.\n\n"
-                   f"{ablation_table(studies, measured(abl, COLUMNS))}")  # fmt: skip
+                   f"{seeds}.\n\n{ablation_table(studies, measured(abl, COLUMNS))}")  # fmt: skip
     else:
         without = "Not measured yet."
     return fill(
