@@ -628,3 +628,31 @@ def test_every_published_claim_is_held_or_named_as_not_held():
     for key in claims.HELD:
         claim = claims.Claim.of(key)
         assert claim.a != claim.b and anchors()[key]["source"]
+
+
+PROVENANCE = {"hardware", "device", "commit", "torch", "ckpt_sha256"}
+
+
+def provenance_rows(data: dict) -> list[dict]:
+    """What a study record (benchmarks/study.py) or a rerun record (benchmarks/rerun.py) measured, row by row."""
+    if "reruns" in data:
+        return [r[side] for r in data["reruns"] for side in ("recorded", "rerun")]
+    return [r for part in ("runs", "records", "entropy", "shuffle", "finetuned") for r in data.get(part, [])]
+
+
+# docs/results.json is the earlier harness's record that docs/protocol.md chose the position rule from; that page
+# says which of its runs record no machine. Every study and rerun record the pages read names all of its provenance.
+STUDY_RECORDS = sorted(
+    p
+    for p in (ROOT / "docs").glob("*.json")
+    if p.name != "results.json"
+    and ("reruns" in (d := json.loads(p.read_text())) or "spec" in (d.get("runs") or [{}])[0])
+)
+
+
+@pytest.mark.parametrize("path", STUDY_RECORDS, ids=lambda p: p.name)
+def test_every_run_and_cell_of_a_study_record_names_its_provenance_and_one_kind_of_machine(path):
+    rows = provenance_rows(json.loads(path.read_text()))
+    missing = [sorted(PROVENANCE - set(r)) for r in rows if not set(r) >= PROVENANCE]
+    assert rows and not missing, f"{len(missing)} of {len(rows)} rows lack {missing[:1]}"
+    assert len({r["hardware"] for r in rows}) == 1, "a table comes from one kind of machine"
