@@ -152,7 +152,9 @@ def apply_architecture(model_cfg: ModelConfig, pre: Pretrained, asked: set[str] 
 
     A field asked for (named in ``asked``, the fields a flag, a preset or the YAML set; default: those away from
     their defaults) that the weights contradict is refused, naming both values: the weights decide the architecture,
-    and a flag must not pass silently unheeded."""
+    and a flag must not pass silently unheeded. A scheme with nothing sized by the grid and several methods
+    (``PosScheme.serves_by_method``) keeps the weights' training grid (``pos_grid``, unless one is asked for), so that
+    the run starts where its default method serves the new grid."""
     known = {f.name: f for f in fields(ModelConfig)}
     default = ModelConfig()
     arch = [(k, getattr(model_cfg, k), v) for k, v in pre.arch.items() if k in known]
