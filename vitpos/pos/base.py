@@ -289,13 +289,18 @@ class PosScheme(nn.Module):
         return self, None
 
     @property
+    def carries_grid_state(self) -> bool:
+        """Whether some of its state is sized by the grid, so that ``state_at_grid`` carries it to a new one."""
+        return type(self).state_at_grid is not PosScheme.state_at_grid
+
+    @property
     def serves_by_method(self) -> bool:
         """Whether a model fine-tuned at a new grid keeps this scheme at its training grid, serving the new one by
-        the current method: true where nothing in the scheme is sized by the grid (``state_at_grid`` unchanged) and
-        it has more than one method. Rebuilt for the new grid, such a scheme would take that grid as trained and
-        serve it as its own (integer positions: ``extrapolate``), whatever its method; a scheme with a grid-sized
-        state carries that state to the new grid by its method instead."""
-        return len(self.methods) > 1 and type(self).state_at_grid is PosScheme.state_at_grid
+        the current method: true where nothing in the scheme is sized by the grid and it has more than one method.
+        Rebuilt for the new grid, such a scheme would take that grid as trained and serve it as its own (integer
+        positions: ``extrapolate``), whatever its method; a scheme with a grid-sized state carries that state to the
+        new grid by its method instead."""
+        return len(self.methods) > 1 and not self.carries_grid_state
 
     def state_at_grid(self, grid: Grid) -> dict[str, Tensor]:
         """State for this scheme rebuilt with ``grid`` as its training grid (fine-tuning at a new size),

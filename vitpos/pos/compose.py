@@ -132,13 +132,10 @@ class ComposedPos(PosScheme):
         return {f"parts.{name}.{n}" for name, part in self.parts.items() for n in part.no_weight_decay()}
 
     @property
-    def serves_by_method(self) -> bool:
-        """Kept at its training grid for fine-tuning where no part carries grid-sized state and some part serves a
-        new grid by its method (`rope2d+peg`); a part with such state (`rope2d+learned`'s table) makes the whole
-        composition carry its state to the new grid instead, its rotary part then rebuilt for that grid."""
-        parts = self.parts.values()
-        plain = all(type(p).state_at_grid is PosScheme.state_at_grid for p in parts)
-        return plain and any(p.serves_by_method for p in parts)
+    def carries_grid_state(self) -> bool:
+        """A part with a grid-sized state (`rope2d+learned`'s table) makes the whole composition carry its state to
+        a new grid, its rotary part then rebuilt for that grid; without one (`rope2d+peg`) it keeps its grid."""
+        return any(p.carries_grid_state for p in self.parts.values())
 
     def state_at_grid(self, grid: Grid) -> dict[str, Tensor]:
         return {
