@@ -382,15 +382,15 @@ def study_machines(data: dict) -> str:
 def rebuilt_start(spec: str) -> str | None:
     """The transfer method that serves a new grid as a fine-tuning run there starts, for a run that rebuilt a scheme
     with nothing grid-sized to carry for its own grid (its record names no ``start``: it did not keep the scheme's
-    training grid), which need not be what the chosen method served. None where the scheme carries its parameters by
-    its chosen method (``PosScheme.state_at_grid``) or has one method."""
+    training grid), which need not be what the chosen method served. None where the scheme does not serve a new grid
+    by its method alone (``PosScheme.serves_by_method``: one method, or a grid-sized state the method carries)."""
     import torch
 
     from vitpos.pos.base import PosScheme
     from vitpos.pretrained import transfer_weights
 
     old = tiny_model(spec, img_size=16).eval()
-    if len(old.pos.methods) < 2 or type(old.pos).state_at_grid is not PosScheme.state_at_grid:
+    if not old.pos.serves_by_method:
         return None
     new = tiny_model(spec, img_size=32).eval()
     transfer_weights(old, new)
