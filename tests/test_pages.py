@@ -550,7 +550,8 @@ def test_the_real_data_page_derives_its_columns_from_its_sizes_and_pairs_the_rul
 
 def claims_jsons() -> tuple[dict, dict]:
     """(docs/claims.json, docs/study.json): lookhere 30 points above rope2d at 4x and 5 at 2x; cpb 20 points above
-    relbias's resize at 2x while relbias chose clamp, 20 points above resize; rope2d-norm on a par with rope2d."""
+    relbias's resize at 2x while relbias chose clamp, 20 points above resize; rope2d-norm on a par with rope2d;
+    rope2d-mixed 10 points below rope2d at 2x."""
     base = {("zoom", 32): [0.99, 0.98, 0.99], ("zoom", 64): [0.50, 0.60, 0.55], ("zoom", 128): [0.20, 0.25, 0.22],
             ("canvas", 64): [0.30, 0.40, 0.35]}  # fmt: skip
 
@@ -569,11 +570,11 @@ def claims_jsons() -> tuple[dict, dict]:
             "records": recs("rope2d", "interpolate", {}) + recs("relbias", "resize", {})
             + recs("relbias", "clamp", {64: 0.2})}  # fmt: skip
     claims = {"command": "python -m benchmarks.study --json docs/claims.json", "budget": budget,
-              "runs": runs("lookhere", "rope2d-norm", "cpb"),
+              "runs": runs("lookhere", "rope2d-norm", "cpb", "rope2d-mixed"),
               "choices": {"lookhere:patch": {"method": "scaled"}, "rope2d-norm:patch": {"method": "normalized"},
-                          "cpb:patch": {"method": "continuous"}},
+                          "cpb:patch": {"method": "continuous"}, "rope2d-mixed:patch": {"method": "extrapolate"}},
               "records": recs("lookhere", "scaled", {64: 0.05, 128: 0.3}) + recs("rope2d-norm", "normalized", {})
-              + recs("cpb", "continuous", {64: 0.2})}  # fmt: skip
+              + recs("cpb", "continuous", {64: 0.2}) + recs("rope2d-mixed", "extrapolate", {64: -0.1})}  # fmt: skip
     return claims, main
 
 
@@ -600,7 +601,14 @@ def test_claims_are_paired_against_the_studys_runs_at_the_published_factor_and_m
     assert "- zoom 2x: `rope2d-norm` above `rope2d`: not separated (the runs cannot tell), +0.0" in dino
     assert "- zoom 4x: `rope2d-norm` above `rope2d`: not separated" in dino  # every factor: no published one
     assert "`cpb` above `relbias` (`resize`): agrees, +20.0" in page
-    assert "LieRE" in page.split("## Claims not held yet")[1]
+    heo = page.split("### Heo")[1].split("###")[0]  # published at 384 / 224 px: judged at 2x, the nearest measured
+    assert "It reports +1.8 points for `rope2d-mixed` over `rope2d`." in heo
+    assert "- zoom 2x (published at 1.71x): `rope2d-mixed` above `rope2d`: disagrees, -10.0" in heo
+    not_held = page.split("## Claims not held yet")[1]
+    assert "LieRE" in not_held and "needs `liere` in this study" in not_held  # rope2d-mixed is in it
+    lacking = claims.render(data | {"runs": [r for r in data["runs"] if r["spec"] != "rope2d-mixed:patch"]}, tmp_path,
+                            main)  # fmt: skip
+    assert "needs `liere` and `rope2d-mixed` in this study" in lacking
     far = [r for r in data["records"] if r["scheme"] != "cpb" or r["resolution"] != 128]  # cpb's 4x not swept
     assert "4x cell (`--far 128`, the chosen method only): `rope2d` 3, `relbias` 3, `cpb` 0, `lookhere` 3" in (
         claims.render(data | {"records": far}, tmp_path, main)
