@@ -88,9 +88,9 @@ def test_mixed_cos_sin_match_the_phase_formula(tiny):
     m = tiny("rope2d-mixed", embed_dim=64)
     with torch.no_grad():
         m.pos.freqs.normal_()  # any learned frequencies, not just the init
-    grid = (5, 7)
+    grid = (5, 7)  # not the training grid: `extrapolate` keeps integer positions there, the formula's
     ys, xs = grid_yx(grid)
-    ropes, _ = mixed_rope(m, grid)
+    ropes, _ = mixed_rope(m, grid, "extrapolate")
     for layer, (cos, sin) in enumerate(ropes):
         f = m.pos.freqs[layer].detach().double()  # (heads, d/2, 2)
         phase = xs.double()[None, :, None] * f[:, None, :, 0] + ys.double()[None, :, None] * f[:, None, :, 1]

@@ -15,8 +15,8 @@ Phases and cos/sin are computed in fp32 with autocast off (bf16 phases are wrong
 radians at the positions of a large grid), once per forward for all blocks and heads.
 
 Methods for a new grid are rope2d's (see :func:`rope2d.transfer_frequencies`), applied to each
-frequency vector per axis (s = new size / trained size): ``extrapolate``, ``interpolate`` (fx / s_x,
-fy / s_y, i.e. positions scaled onto the trained range), ``ntk`` (each component of pair k scaled
+frequency vector per axis (s = new size / trained size): ``interpolate`` (the default: fx / s_x, fy / s_y,
+i.e. positions scaled onto the trained range), ``extrapolate``, ``ntk`` (each component of pair k scaled
 by s^(-(4k/d) d'/(d'-2)), as if theta were raised, k its place on the init ladder) and ``yarn``
 (per-pair blend by the wavelength of |f|, with rope2d's ramp and attention temperature).
 """
@@ -44,7 +44,7 @@ def init_mixed_frequencies(depth: int, num_heads: int, head_dim: int, theta: flo
 class Rope2dMixedPos(PosScheme):
     """RoPE with learned 2D frequencies per block and head; a rotation (heads, N, d/2, 2) per block."""
 
-    methods = ("extrapolate", "interpolate", "ntk", "yarn")
+    methods = ("interpolate", "extrapolate", "ntk", "yarn")  # the default (first) chosen on validation: protocol.md
     frame = "grid"
 
     def __init__(
