@@ -15,7 +15,7 @@ from helpers import ROOT
 import vitpos
 from benchmarks import stats
 from benchmarks.pages import __main__ as pages
-from benchmarks.pages import augmentation, frontier, multires, protocol, real_data, summary
+from benchmarks.pages import augmentation, common, frontier, multires, protocol, real_data, summary
 
 SEEDS = [0, 1, 2]
 # test top-1 per (scheme, method, regime, size) and seed
@@ -195,9 +195,7 @@ def test_readme_block_is_replaced_between_the_markers_only():
 
 def test_the_readme_table_is_the_one_rendered_from_docs_study_json(tmp_path):
     data = json.loads((ROOT / "docs" / "study.json").read_text())
-    results, cost, fmnist = (pages.read(ROOT / "docs" / f"{name}.json")
-                             for name in ("results", "cost", "fashion_mnist_study"))  # fmt: skip
-    _, block = summary.render(data, tmp_path, results, cost, fmnist)
+    _, block = pages.summary_page(ROOT / "docs", data, tmp_path)  # as `python -m benchmarks.pages` renders it
     readme = (ROOT / "README.md").read_text()
     between = readme.split(pages.START)[1].split(pages.END)[0].strip()
     assert between == block.strip()
@@ -582,7 +580,7 @@ def test_claims_are_paired_against_the_studys_runs_at_the_published_factor_and_m
     from benchmarks.pages import claims
 
     data, main = claims_jsons()
-    s = summary.Study(claims.merged(data, main, {"rope2d:patch", "relbias:patch"}))
+    s = summary.Study(common.merged(data, main, {"rope2d:patch", "relbias:patch"}))
     held = [claims.Claim.of(k) for k in claims.HELD]
     diffs = claims.differences(s, held)
     raw = {}
@@ -617,6 +615,34 @@ def test_claims_are_paired_against_the_studys_runs_at_the_published_factor_and_m
         claims.render(data, tmp_path, main | {"budget": {"img_size": 16}})
     data["records"] = [r for r in data["records"] if r["seed"] == 0]  # one seed: no verdict
     assert "no factor above 1x has two seeds" in claims.render(data, tmp_path, main)
+
+
+def test_summary_adds_the_other_chosen_schemes_from_their_own_record_and_claims_keep_to_theirs(tmp_path):
+    """The other schemes validation chose to be given every seed are rows of the summary (their cells, choices and
+    guide lines from docs/claims.json); a scheme of that record not chosen is not, and the claims page's table holds
+    its claims' schemes only."""
+    from benchmarks.pages import claims
+
+    data, main = claims_jsons()
+    main |= {"command": "python -m benchmarks.study", "sizes": ["32", "64"]}
+    data["runs"] += [r | {"spec": "rope2d+peg:patch", "run": r["run"] + "-peg"} for r in data["runs"][:3]]
+    data["choices"]["rope2d+peg:patch"] = {"method": "interpolate"}
+    data["records"] += [r | {"scheme": "rope2d+peg", "method": "interpolate",
+                             "top1": r["top1"] + 0.3 * (r["resolution"] == 64)}
+                        for r in data["records"] if r["scheme"] == "lookhere"]  # fmt: skip
+    page, block = summary.render(main, tmp_path, others=data, chosen=["rope2d+peg:patch", "liere:patch"])
+    rows = {ln.split(" |")[0][2:]: ln for ln in page.splitlines() if ln.startswith("| `")}
+    assert "`rope2d+peg`" in rows and "`lookhere`" not in rows and "`liere`" not in rows  # liere: no runs
+    assert rows["`rope2d+peg`"].split(" | ")[2] == "`interpolate`"
+    assert "Below the six main schemes: `rope2d+peg`," in page and "docs/claims.json" in page
+    zoom2 = next(line for line in page.splitlines() if "To serve 2x (zoom)" in line)
+    assert zoom2.startswith("- **To serve 2x (zoom) unchanged**: `rope2d+peg` with `interpolate`")
+    assert "`rope2d+peg`" in block
+    assert "`rope2d+peg`" not in summary.render(main, tmp_path, others=data, chosen=[])[0]
+    with pytest.raises(SystemExit, match="differ in budget"):
+        summary.render(main, tmp_path, others=data | {"budget": {"img_size": 16}}, chosen=["rope2d+peg:patch"])
+    claimed = claims.render(data, tmp_path, main)
+    assert "`rope2d+peg`" not in claimed.split("## Differences")[0]
 
 
 def test_every_published_claim_is_held_or_named_as_not_held():

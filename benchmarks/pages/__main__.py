@@ -45,6 +45,15 @@ def readme_with(block: str, text: str) -> str:
     return f"{before}{START}\n{block}\n{END}{after}"
 
 
+def summary_page(folder: Path, study: dict, figure_folder: Path | None = None) -> tuple[str, str]:
+    """docs/summary.md and the README's table block from docs/study.json and the records beside it in ``folder``; the
+    figure goes to ``figure_folder`` (default: ``folder``)."""
+    others = (read(folder / f"{name}.json") for name in ("results", "cost", "fashion_mnist_study", "rerun"))
+    proto = read(folder / "protocol.json")
+    chosen = proto["top_others"]["chosen"] if proto else []
+    return summary.render(study, figure_folder or folder, *others, others=read(folder / "claims.json"), chosen=chosen)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     folder = Path(argv[0]) if argv else DOCS
@@ -81,8 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         (folder / "augmentation.md").write_text(augmentation.render(aug, folder, study, front))
         print(f"wrote {folder / 'augmentation.md'}")
     if study is not None:
-        others = (read(folder / f"{name}.json") for name in ("results", "cost", "fashion_mnist_study", "rerun"))
-        page, block = summary.render(study, folder, *others)
+        page, block = summary_page(folder, study)
         (folder / "summary.md").write_text(page)
         print(f"wrote {folder / 'summary.md'}")
         if folder == DOCS:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.pages.common import anchors, fill, lines, signed, table
+from benchmarks.pages.common import anchors, fill, lines, merged, signed, table
 from benchmarks.pages.frontier import difference_text
 from benchmarks.pages.summary import Study, head, label, study_machines
 from benchmarks.stats import Difference, holm, paired
@@ -54,19 +54,6 @@ class Claim:
 
     def b_label(self) -> str:
         return label(self.b) + (f" (`{self.b_method}`)" if self.b_method else "")
-
-
-def merged(claims: dict, study: dict, specs: set[str]) -> dict:
-    """docs/claims.json with docs/study.json's runs, records, choices and entropy of ``specs`` beside its own."""
-    keep = [r for r in study.get("runs", []) if r["spec"] in specs]
-    recs = [r for r in study.get("records", []) if f"{r['scheme']}:{r['stem']}" in specs]
-    return claims | {
-        "runs": claims.get("runs", []) + keep,
-        "records": claims.get("records", []) + recs,
-        "choices": {k: v for k, v in study.get("choices", {}).items() if k in specs} | claims.get("choices", {}),
-        "entropy": claims.get("entropy", []) + [e for e in study.get("entropy", []) if e["spec"] in specs],
-        "finetuned": [],
-    }
 
 
 def values(study: Study, spec: str, method: str | None, column: tuple[str, float]) -> dict[int, float]:
@@ -134,18 +121,20 @@ def render(data: dict, folder: Path, main: dict | None) -> str:
     against = {c.b for c in claims} - ours
     if main is None or main.get("budget") != data.get("budget"):
         raise SystemExit("docs/claims.json and docs/study.json differ in budget: their runs cannot be paired")
-    study = Study(merged(data, main, against))
+    study = Study(merged(data, main, against) | {"finetuned": []})  # the page has no fine-tuned column
     diffs = differences(study, claims)
     rows = [[f"{label(c.a)} − {c.b_label()}", *(difference_text(diffs.get((c.key, col))) for col in COLUMNS[1:])]
             for c in claims]  # fmt: skip
-    seeds = study.seeds()
+    # the claims' schemes only: the record may hold other schemes' runs (the summary reads those)
+    named = {s for c in claims for s in (c.a, c.b)}
+    seeds = {s: v for s, v in study.seeds().items() if s in named}
     have = {s for s, v in seeds.items() if v}
     return fill(
         "claims.md",
         command=data["command"],
         seeds=", ".join(f"{label(s)} {len(v)}" for s, v in seeds.items() if v),
         far=", ".join(f"{label(s)} {len(study.values(s, ('zoom', 4.0)))}" for s, v in seeds.items() if v),
-        table=study.table(COLUMNS),
+        table=study.table(COLUMNS, [s for s in study.specs if s in named]),
         differences=table(["difference (points)", *(head(*c) for c in COLUMNS[1:])], rows),
         claims="\n\n".join(claim_section(c, diffs) for c in claims),
         elsewhere=lines([f"- {anchors()[k]['source']}: held on {where}." for k, where in ELSEWHERE.items()]),

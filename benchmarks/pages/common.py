@@ -103,6 +103,23 @@ def machines(*records: list[dict]) -> list[str]:
     return [f"{h} ({d}), torch {t}, commit {c}" for h, d, c, t in sorted(seen)]
 
 
+def merged(base: dict, extra: dict, specs: set[str]) -> dict:
+    """A study's JSON ``base`` with ``extra``'s runs, records, method choices, attention entropy, patch-shuffle rows
+    and fine-tuning runs of the schemes ``specs`` (POS:STEM) beside its own; ``base``'s choices win. Both must be
+    made at one budget, or their runs could not be read side by side."""
+    if base.get("budget") != extra.get("budget"):
+        raise SystemExit("two study records differ in budget: their runs cannot be read side by side")
+
+    def of(key: str) -> list[dict]:
+        return [r for r in extra.get(key, []) if (r.get("spec") or f"{r['scheme']}:{r['stem']}") in specs]
+
+    return (
+        base
+        | {key: base.get(key, []) + of(key) for key in ("runs", "records", "entropy", "shuffle", "finetuned")}
+        | {"choices": {k: v for k, v in extra.get("choices", {}).items() if k in specs} | base.get("choices", {})}
+    )
+
+
 def measured_line(d: dict) -> str:
     """The line under a page's title: the command that measured, the machine and, where recorded, its load."""
     m = d["machine"]

@@ -13,6 +13,7 @@ from benchmarks.pages.common import (
     cell,
     fill,
     machines,
+    merged,
     pct,
     per_round,
     signed,
@@ -132,10 +133,11 @@ class Study:
                 *(cell(list(self.values(spec, c).values())) for c in columns[1:]),
                 *([self.cost.get(spec, "—")] if self.cost else [])]  # fmt: skip
 
-    def table(self, columns: list[tuple[str, float]]) -> str:
+    def table(self, columns: list[tuple[str, float]], specs: list[str] | None = None) -> str:
+        """One row per scheme (``specs``, else every scheme of the record)."""
         heads = ["scheme", head(*columns[0]), "method (val)", *(head(*c) for c in columns[1:])]
         heads += ["training cost (x `rope2d`)"] if self.cost else []
-        return table(heads, [self.row(s, columns) for s in self.specs])
+        return table(heads, [self.row(s, columns) for s in (self.specs if specs is None else specs)])
 
     def seeds(self) -> dict[str, list[int]]:
         return {s: sorted(r["seed"] for r in self.data["runs"] if r["spec"] == s) for s in self.specs}
@@ -195,6 +197,8 @@ def controls(study: Study, factor: float = 2.0) -> str:
     (the same checkpoints evaluated twice), Holm-corrected over the table."""
     rows, diffs, where = [], [], []
     for spec in study.specs:
+        if not any(study.controls.get((spec, name, factor)) for name in CONTROL_NAMES):
+            continue  # no control swept for it (the other chosen schemes' study sweeps none)
         base = study.values(spec, ("canvas", factor))
         row = [label(spec), cell(list(base.values()))]
         for name in CONTROL_NAMES:
@@ -464,19 +468,35 @@ def page_missing(missing: list[str]) -> str:
     return ("Columns not swept yet: " + ", ".join(missing) + ".") if missing else "Every column is swept."
 
 
+def chosen_others(others: dict, held: list[str]) -> str:
+    """The sentence naming the rows beyond the six main schemes: ``held``, the schemes validation chose to be given
+    every seed that ``others`` (docs/claims.json) holds runs of, and the command that swept them."""
+    if not held:
+        return ""
+    return (f"Below the six main schemes: {', '.join(label(s) for s in held)}, the schemes besides them that "
+            "validation chose to be given every seed ([protocol.md](protocol.md)). They trained as the six did and "
+            f"were swept by `{others['command']}` (docs/claims.json): every method on validation, the chosen one only "
+            "on test (so their panels show no other method), without the canvas controls; they are neither "
+            "fine-tuned nor trained on Fashion-MNIST (—).")  # fmt: skip
+
+
 def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | None = None,
-           fmnist: dict | None = None, reran: dict | None = None) -> tuple[str, str]:  # fmt: skip
+           fmnist: dict | None = None, reran: dict | None = None, others: dict | None = None,
+           chosen: list[str] = ()) -> tuple[str, str]:  # fmt: skip
     """(docs/summary.md, the README's table block) from docs/study.json (``earlier``, docs/results.json, for the
     reruns' table; ``cost``, docs/cost.json, for the cost column; ``fmnist``, docs/fashion_mnist_study.json, for the
-    Fashion-MNIST column; ``reran``, docs/rerun.json, for the reruns on the same kind of machine); the figure is
-    written beside the page."""
-    study = Study(data, cost, fmnist)
+    Fashion-MNIST column; ``reran``, docs/rerun.json, for the reruns on the same kind of machine; ``others``,
+    docs/claims.json, for the rows of ``chosen``, the other schemes validation chose to be given every seed); the
+    figure is written beside the page."""
+    held = [s for s in chosen if any(r["spec"] == s for r in (others or {}).get("runs", []))]
+    study = Study(merged(data, others, set(held)) if held else data, cost, fmnist)
     plot(study, folder / "summary.png")
     missing = [head(*c) for c in COLUMNS if not any(study.values(s, c) for s in study.specs)]
     page = fill(
         "summary.md",
         command=data["command"],
         coverage=coverage(study),
+        others=chosen_others(others, held),
         missing=page_missing(missing),
         cost=cost_line(cost),
         table=study.table(COLUMNS),
@@ -492,6 +512,11 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
     note = (f"Mean test top-1 (%) ± the 95 % interval's half-width over seeds (¹: one seed; —: not measured). "
             f"{coverage(study)} {page_missing(missing)} [docs/summary.md](docs/summary.md) has every column and the "
             "decision guide.")  # fmt: skip
+    if held:
+        note += (
+            f" Below the six main schemes: {', '.join(map(label, held))}, the others "
+            "validation chose to be given every seed; their test sweep is the chosen method's only."
+        )
     block = f"{study.table(README_COLUMNS)}\n\n{note}"
     return page, block
 
