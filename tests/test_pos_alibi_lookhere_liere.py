@@ -245,10 +245,13 @@ def test_the_series_exp_used_for_export_matches_matrix_exp(norm):
     assert skew_exp_series(a.float()).dtype == torch.float32
 
 
+@pytest.mark.parametrize("method", ["interpolate", "extrapolate"])
 @pytest.mark.parametrize("block_size", [None, 2, 4])
 @pytest.mark.parametrize("grid", [TRAIN, (5, 11)], ids=str)
-def test_liere_rotations_are_orthogonal_exponentials_of_the_generators(tiny, block_size, grid):
+def test_liere_rotations_are_orthogonal_exponentials_of_the_generators(tiny, block_size, grid, method):
     m = tiny("liere", pos_kwargs={} if block_size is None else {"block_size": block_size})
+    m.pos.method = method  # the spacing: the new grid's own (interpolate) or the training grid's (extrapolate)
+    ref = grid if method == "interpolate" else TRAIN
     b = block_size or m.pos.head_dim  # default: one dense block over the head
     assert m.pos.block_size == b
     assert m.pos.generators.shape == (2, 4, 2, 8 // b, b * (b - 1) // 2)
@@ -257,7 +260,7 @@ def test_liere_rotations_are_orthogonal_exponentials_of_the_generators(tiny, blo
         r = a.rotation
         assert a.rope is None and a.bias is None and r.dtype == torch.float32
         assert r.shape == (4, grid[0] * grid[1], 8 // b, b, b)
-        torch.testing.assert_close(r.detach().double(), liere_by_hand(m.pos, layer, grid, TRAIN), **FP32)
+        torch.testing.assert_close(r.detach().double(), liere_by_hand(m.pos, layer, grid, ref), **FP32)
         eye = torch.eye(b).expand_as(r)
         torch.testing.assert_close(r.transpose(-1, -2) @ r, eye, **FP32)  # orthogonal
         torch.testing.assert_close(torch.linalg.det(r.detach()), torch.ones(r.shape[:-2]), **DET)  # in SO(b)
@@ -270,6 +273,7 @@ def test_liere_rotations_are_orthogonal_exponentials_of_the_generators(tiny, blo
 def test_liere_block_2_is_rope_mixed(tiny):
     """b = 2: exp([[0, a], [-a, 0]]) turns each pair by -a, a = y g_y + x g_x: rope with learned 2D frequencies."""
     m = tiny("liere", pos_kwargs={"block_size": 2})
+    m.pos.method = "extrapolate"  # positions in the training grid's units, i / 7, on any grid
     grid = (6, 7)
     ys, xs = grid_yx(grid)
     g = m.pos.generators[0].detach()[..., 0]  # (heads, 2, d/2)
@@ -322,9 +326,11 @@ def test_liere_dense_is_not_relative_in_2d_but_is_along_a_line_through_the_origi
 
 def test_liere_transfer_methods(tiny):
     m = tiny("liere").eval()
+    assert m.pos.method == "interpolate"  # chosen on validation (docs/protocol.md)
     train = m.pos.attn_pos(TRAIN)[0].rotation
+    m.pos.method = "extrapolate"  # the training spacing: the 16x16 grid's top-left 8x8 is the training grid
     inner = (torch.arange(8)[:, None] * 16 + torch.arange(8)[None, :]).flatten()
-    torch.testing.assert_close(m.pos.attn_pos((16, 16))[0].rotation[:, inner], train, **FP32)  # extrapolate
+    torch.testing.assert_close(m.pos.attn_pos((16, 16))[0].rotation[:, inner], train, **FP32)
     m.pos.method = "interpolate"  # the 15x15 grid squeezed onto [0, 1]: token (2i, 2j) sits where (i, j) did
     big = m.pos.attn_pos((15, 15))[0].rotation
     even = (torch.arange(0, 15, 2)[:, None] * 15 + torch.arange(0, 15, 2)[None, :]).flatten()
@@ -363,9 +369,11 @@ def test_liere_rotation_stays_fp32_under_bf16_and_rejects_bad_blocks(tiny):
 
 
 def liere_random(tiny, generators, block_size=None, spread=1.0, **kw):
-    """An eval-mode liere model whose position parameters are drawn N(0, spread^2): random, not their start."""
+    """An eval-mode liere model whose position parameters are drawn N(0, spread^2): random, not their start;
+    it serves every grid at the training grid's spacing (``extrapolate``)."""
     kwargs = {"generators": generators} | ({} if block_size is None else {"block_size": block_size})
     m = tiny("liere", pos_kwargs=kwargs, **kw).eval()
+    m.pos.method = "extrapolate"  # one spacing on every grid: a shift moves a pair alike on each
     with torch.no_grad():
         for p in m.pos.parameters():
             p.normal_(0, spread)

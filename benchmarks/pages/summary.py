@@ -148,7 +148,10 @@ def guide(study: Study) -> list[str]:
     Holm-corrected over the decision guide's comparisons)."""
     picks, diffs = [], []
     for column in GUIDE:
-        means = {s: sum(v.values()) / len(v) for s in study.specs if (v := study.values(s, column))}
+        cells = {s: v for s in study.specs if (v := study.values(s, column))}
+        # a one-seed cell is ranked only where no scheme has more: it has no interval to be judged by
+        cells = {s: v for s, v in cells.items() if len(v) >= 2} or cells
+        means = {s: sum(v.values()) / len(v) for s, v in cells.items()}
         if not means:
             continue
         best, *rest = sorted(means, key=lambda s: -means[s])
@@ -232,8 +235,9 @@ def entropy_table(study: Study) -> str:
         frac[(e["spec"], e["regime"], e["resolution"] / study.train)].append(sum(values) / len(values) / e["log_n"])
     if not frac:
         return "Not measured yet."
+    measured = {spec for spec, *_ in frac}  # a scheme whose study measured none has no row
     rows = [[label(s), *(f"{sum(v) / len(v):.2f}" if (v := frac.get((s, *c))) else "—" for c in ENTROPY_COLUMNS)]
-            for s in study.specs]  # fmt: skip
+            for s in study.specs if s in measured]  # fmt: skip
     return table(["scheme", *(head(*c) for c in ENTROPY_COLUMNS)], rows)
 
 

@@ -49,8 +49,9 @@ are built and exponentiated in fp32 with autocast off (through an eigendecomposi
 
 Methods for a new grid (h, w):
 
-* ``extrapolate``: the training spacing, i / (H-1): a larger grid reaches beyond 1;
-* ``interpolate``: the new grid squeezed onto [0, 1], i / (h-1).
+* ``interpolate`` (the default, chosen on validation: docs/protocol.md): the new grid squeezed onto [0, 1],
+  i / (h-1);
+* ``extrapolate``: the training spacing, i / (H-1): a larger grid reaches beyond 1.
 
 (The reference spans [0, h/H] with h points, a spacing between the two.)
 
@@ -133,7 +134,7 @@ def skew_from_coefficients(coeffs: Tensor, b: int) -> Tensor:
 class LiePos(PosScheme):
     """Learned Lie-algebra rotations of q and k per block and head; a (heads, N, d/b, b, b) rotation per block."""
 
-    methods = ("extrapolate", "interpolate")
+    methods = ("interpolate", "extrapolate")
     frame = "grid"
 
     def __init__(self, *, block_size: int | None = None, generators: str = "free", **kw):
