@@ -25,7 +25,7 @@ notebooks: .venv
 	$(PY) notebooks/execute.py
 
 bench-results: .venv
-	$(PY) -m benchmarks.results
+	$(PY) -m benchmarks.results --jobs 2 && $(PY) -m benchmarks.protocol && $(PY) -m benchmarks.pages
 
 bench-study: .venv
 	$(PY) -m benchmarks.study --jobs 2 && $(PY) -m benchmarks.pages

@@ -162,8 +162,8 @@ def has_pos_params(spec: str) -> bool:
 
 
 def at_default_rule(run: dict, budget: dict) -> bool:
-    """Whether a run of docs/results.json trained with the default position rule its budget names, and with its
-    scheme's default options."""
+    """Whether a run of a benchmarks/results.py record trained with the default position rule its budget names, and
+    with its scheme's default options."""
     return pos_rule_of(run) == pos_rule_of(budget, "default_") and not run.get("pos_kwargs")
 
 

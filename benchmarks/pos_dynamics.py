@@ -1,11 +1,12 @@
 """How the position parameters move: `learned` alone and beside RoPE, under the default rule and the rule off; JSON.
 
-    python -m benchmarks.pos_dynamics --jobs 2     # docs/pos_dynamics.json; then: python -m benchmarks.pages
+    python -m benchmarks.pos_dynamics              # docs/pos_dynamics.json; then: python -m benchmarks.pages
 
 Each run is ``python train.py --pos P --seed 0`` at the default budget, with the default position rule or with it off
 (``--pos-lr-scale 1 --pos-weight-decay 0``). Every run logs ``pos/rms`` (the rms of the position parameters) and
-``pos/grad_rms`` (of their gradients) every 10 steps; this study keeps those curves and the run's top-1. Finished runs
-are reused.
+``pos/grad_rms`` (of their gradients) every 10 steps; this study keeps those curves, the run's top-1 and its
+provenance. Finished runs are reused: by default those of the rule study (benchmarks/results.py, runs/rules), which
+trains three of the four.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", nargs="+", default=RUNS, metavar="POS:STEM", help="schemes with position parameters")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=1, help="trainings at once, each with cores / jobs threads")
-    p.add_argument("--out", default="runs/bench-shapes/dynamics")
+    p.add_argument(
+        "--out", default="runs/rules", help="folder of the training runs (the rule study's: its runs are reused)"
+    )
     p.add_argument("--json", default=str(ROOT / "docs" / "pos_dynamics.json"))
     args = p.parse_args(argv)
     threads = cores_per_job(p, args.jobs)

@@ -3,13 +3,17 @@
     python -m benchmarks.protocol          # docs/protocol.json (then python -m benchmarks.pages)
 
 * **The position rule** (the learning-rate scale of position parameters, its ramp, the decay and its target): among
-  the rules in the record of rule runs (``--runs``, docs/results.json), each pair of rules is compared on the
+  the rules in the record of rule runs (``--runs``, docs/rules.json), each pair of rules is compared on the
   (scheme, seed) runs they share, every scheme at its default options: the paired mean difference of best validation
-  top-1. The rule chosen is the one above every other rule it shares at least ``--min-pairs`` runs with.
+  top-1, with its paired t interval (Holm over the chosen rule's comparisons). The rule chosen is the one above every
+  other rule it shares at least ``--min-pairs`` runs with.
 * **relbias's start** (``locality``): under the chosen rule, the start with the higher mean validation top-1 over the
   seeds both starts have.
 * **The other schemes that get every seed**: the ``--top`` schemes outside the main runs with the highest seed-0
   validation top-1 under the chosen rule.
+
+Only runs that name their machine and commit choose, and they must name one machine kind and one commit: a table
+comes from one kind of machine and one code version. The evidence says how many runs of the record were left out.
 
 No test number is read. The choice of each scheme's transfer method is the study's (benchmarks.study), on the
 validation split at the new sizes.
@@ -25,6 +29,7 @@ from pathlib import Path
 
 from benchmarks.common import MAIN_RUNS, ROOT, write_record
 from benchmarks.rules import pos_rule_of
+from benchmarks.stats import holm, paired
 
 RULE_KEYS = ("pos_lr_scale", "pos_weight_decay", "pos_decay_to", "pos_lr_warmup_epochs")
 
@@ -54,14 +59,23 @@ def choose_rule(runs: list[dict], min_pairs: int = 5) -> dict:
     for a in by:
         for b in by:
             shared = sorted(set(by[a]) & set(by[b]))
-            if a != b and len(shared) >= min_pairs:
+            if a != b and len(shared) >= max(min_pairs, 2):  # an interval needs two pairs
                 d = [by[a][k] - by[b][k] for k in shared]
                 table.append({"rule": rule_name(a), "other": rule_name(b), "pairs": len(shared),
                               "mean_diff": sum(d) / len(d), "wins": sum(v > 0 for v in d),
-                              "losses": sum(v < 0 for v in d)})  # fmt: skip
+                              "losses": sum(v < 0 for v in d),
+                              "paired": paired([by[a][k] for k in shared], [by[b][k] for k in shared])})  # fmt: skip
     winners = [a for a in by if any(t["rule"] == rule_name(a) for t in table)
                and all(t["mean_diff"] > 0 for t in table if t["rule"] == rule_name(a))]  # fmt: skip
-    return {"chosen": rule_name(winners[0]) if len(winners) == 1 else None, "comparisons": table}
+    chosen = rule_name(winners[0]) if len(winners) == 1 else None
+    # The interval of each comparison, and for the chosen rule's (the family the page reports) Holm over them.
+    family = [t for t in table if t["rule"] == chosen]
+    for t, d in zip(family, holm([t["paired"] for t in family]), strict=True):
+        t["holm"] = {"low": d.low, "high": d.high, "p": d.p_holm, "verdict": d.verdict}
+    for t in table:
+        d = t.pop("paired")
+        t |= {"low": d.low, "high": d.high, "p": d.p}
+    return {"chosen": chosen, "comparisons": table}
 
 
 def choose_start(runs: list[dict], rule: dict, scheme: str = "relbias:patch") -> dict:
@@ -73,8 +87,13 @@ def choose_start(runs: list[dict], rule: dict, scheme: str = "relbias:patch") ->
     seeds = sorted(set.intersection(*(set(v) for v in by.values()))) if by else []
     means = {str(k): sum(v[s] for s in seeds) / len(seeds) for k, v in by.items()} if seeds else {}
     chosen = max(means, key=means.get) if len(means) > 1 else None
-    return {"scheme": scheme, "option": "locality", "seeds": seeds, "val_mean": means,
-            "chosen": None if chosen is None else int(chosen)}  # fmt: skip
+    out = {"scheme": scheme, "option": "locality", "seeds": seeds, "val_mean": means,
+           "chosen": None if chosen is None else int(chosen)}  # fmt: skip
+    if chosen is not None and len(means) == 2 and len(seeds) >= 2:  # the chosen start minus the other, paired by seed
+        other = next(k for k in by if str(k) != chosen)
+        d = paired([by[int(chosen)][s] for s in seeds], [by[other][s] for s in seeds])
+        out["difference"] = {"diff": float(d.diff), "low": float(d.low), "high": float(d.high), "p": float(d.p)}
+    return out
 
 
 def choose_top(runs: list[dict], rule: dict, k: int, main: list[str]) -> dict:
@@ -86,22 +105,35 @@ def choose_top(runs: list[dict], rule: dict, k: int, main: list[str]) -> dict:
     return {"chosen": ranked[:k], "seed0_val": {s: seed0[s] for s in ranked}}
 
 
+def recorded(runs: list[dict], keys: tuple[str, ...]) -> list[dict]:
+    """The runs that name every one of ``keys`` (their machine, their commit)."""
+    return [r for r in runs if all(r.get(k) for k in keys)]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", default=str(ROOT / "docs" / "results.json"), help="the record of rule runs")
+    p.add_argument("--runs", default=str(ROOT / "docs" / "rules.json"), help="the record of rule runs")
     p.add_argument("--min-pairs", type=int, default=5)
     p.add_argument("--top", type=int, default=3)
     p.add_argument("--json", default=str(ROOT / "docs" / "protocol.json"))
     args = p.parse_args(argv)
-    record = json.loads(Path(args.runs).read_text())
-    runs = record["runs"]
+    try:
+        record = json.loads(Path(args.runs).read_text())
+    except (OSError, ValueError) as e:
+        p.error(f"cannot read the record of rule runs {args.runs}: {e}")
+    runs = recorded(record["runs"], ("hardware", "commit"))
+    path = Path(args.runs)
+    evidence = {"file": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else args.runs,
+                "command": record.get("command"), "runs": len(runs), "left_out": len(record["runs"]) - len(runs),
+                "hardware": sorted({r["hardware"] for r in runs}),
+                "commit": sorted({r["commit"] for r in runs})}  # fmt: skip
+    if len(evidence["hardware"]) != 1 or len(evidence["commit"]) != 1:
+        p.error(f"the rule runs that name their machine and commit name {len(evidence['hardware'])} machine kinds and "
+                f"{len(evidence['commit'])} commits; a table comes from one of each")  # fmt: skip
     rule = choose_rule(runs, args.min_pairs)
     if rule["chosen"] is None:
         p.error("no rule is above every other it shares runs with: nothing to choose; look at the comparisons")
-    evidence = {"file": str(Path(args.runs).relative_to(ROOT)) if Path(args.runs).is_relative_to(ROOT) else args.runs,
-                "command": record.get("command"), "runs": len(runs),
-                "hardware": sorted({r.get("hardware", "not recorded") for r in runs})}  # fmt: skip
     write_record(args.json, "protocol.py", argv, split="val", evidence=evidence, rule=rule,
                  start=choose_start(runs, rule["chosen"]), top_others=choose_top(runs, rule["chosen"], args.top,
                                                                                   MAIN_RUNS))  # fmt: skip

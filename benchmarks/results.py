@@ -1,16 +1,17 @@
-"""Train every position scheme on the embedded `shapes` set with the default budget, over seeds; write JSON.
+"""The rule study: train every position scheme on the embedded `shapes` set with the default budget; write JSON.
 
-    python -m benchmarks.results --jobs 2           # docs/results.json; then: python -m benchmarks.pages
+    python -m benchmarks.results --jobs 2           # docs/rules.json; then: python -m benchmarks.protocol
 
-Each run is ``python train.py --pos P --stem S --seed K`` with nothing else. The six main runs get every seed, every
-other scheme the first seed, and the ``--top`` of those by validation top-1 every seed too (chosen once and kept in
-the JSON, so a retrained seed 0 does not move the choice; ``--repick`` chooses again); so do the ``--more-seeds``
-schemes, by default every one of ``--others``. These runs are the evidence the position rule and `relbias`'s start
-were chosen from on validation (benchmarks/protocol.py, docs/protocol.md). Schemes with
-position parameters also train with the rule off (``--pos-lr-scale 1``, no decay) and under the ``--sweep`` rules
-(scale, decay, its target, ramp; a scheme option where named); those without train identically under every rule,
-so once. A finished run is reused (its folder's results.json, or else its record in the JSON this study wrote
-before at the same budget): an interrupted study continues.
+Each run is ``python train.py --pos P --stem S --seed K`` and the position rule's flags. These runs are the
+evidence that benchmarks/protocol.py chooses on validation from (docs/protocol.md): the position rule, `relbias`'s
+start and the other schemes given every seed. By default every scheme trains seed 0 under the default rule; the
+schemes with position parameters whose numbers the pages report (``RULE_SCHEMES``) also train with the rule off
+(``--ablation``) and with each of its parts taken away in turn (``--sweep``): without the ramp, without the decay;
+and `relbias` at both starts over two seeds. Schemes without position parameters train identically under every rule,
+so once. ``--runs`` get every one of ``--seeds``; the ``--top`` others by seed-0 validation too (chosen once and kept
+in the JSON; ``--repick`` chooses again), and so do the ``--more-seeds`` schemes. A finished run is reused (its
+folder's results.json, or else its record in the JSON this study wrote before at the same budget): an interrupted
+study continues.
 """
 
 from __future__ import annotations
@@ -42,58 +43,15 @@ from vitpos.config import Config
 
 OTHERS = [f"{p}:patch" for p in POS_SCHEMES if f"{p}:patch" not in MAIN_RUNS]
 DEFAULT = Config().optim
-# The runs that chose the default rule, each POS:STEM:SCALE:SEED followed by any of :decay=W, :to=start|zero and
-# :ramp=EPOCHS (what is not named: the default rule's).
-BARE = ":decay=0:ramp=0"  # the rule before the decay and the ramp existed: the scale from the first step, alone
-# `relbias`'s tables started from noise alone (Swin's init) until `locality=1` became its default: its runs under the
-# rules measured before name `locality=0` (in a composition, `relbias.locality=0`).
-SWIN_INIT = {"relbias": ":locality=0", "relbias+peg": ":relbias.locality=0"}
-
-
-def swin(pos: str) -> str:
-    return SWIN_INIT.get(pos, "")
-
-
-# `learned` and `relbias` at scales 10 and 100, and the scale that suits `learned` alone on the composition with a
-# learned table.
-SWEEP = [f"{pos}:patch:{scale}:{seed}{BARE}{swin(pos)}" for pos in ("learned", "relbias")
-         for scale, seed in ((10, 0), (10, 1), (10, 2), (100, 0))]  # fmt: skip
-SWEEP += [f"rope2d+learned:patch:10:0{BARE}"]
-# Scale 30 alone for every scheme with position parameters (seeds 0-2; the compositions with a learned table 0-4),
-# and the rule off (scale 1) for those compositions, `peg` and `cpb` over seeds: at scale 30 alone every seed of the
-# compositions fell below every rule-off seed, and `cpb`'s seed 0 below its rule-off seed.
-WITH_PARAMS = ["learned", "relbias", "rope2d-mixed", "cpb", "peg", "liere", "rope2d+learned", "rope2d+peg",
-               "relbias+peg", "rope2d-mixed+learned", "alibi2d+peg"]  # fmt: skip
-COMPOSED = ("rope2d+learned", "rope2d-mixed+learned")
-SEEDS = {pos: range(5 if pos in COMPOSED else 3) for pos in WITH_PARAMS}
-SWEEP += [f"{pos}:patch:30:{seed}{BARE}{swin(pos)}" for pos in WITH_PARAMS for seed in SEEDS[pos]]
-SWEEP += [f"{pos}:patch:1:{seed}:decay=0" for pos in COMPOSED for seed in (1, 2, 3, 4)]
-SWEEP += [f"{pos}:patch:1:{seed}:decay=0" for pos in ("peg", "cpb") for seed in (1, 2)]
-SWEEP += [f"{pos}:patch:1:0:decay=0{swin(pos)}" for pos in SWIN_INIT]  # the rule off with Swin's init
-# Decay 0.3 towards zero (the first decay measured) at scale 30: learned and relbias over seeds, the composition,
-# and peg, whose conv it erases.
-ZEROED = [("learned", 0), ("learned", 1), ("learned", 2), ("relbias", 0), ("relbias", 1), ("relbias", 2),
-          ("rope2d+learned", 0), ("rope2d+learned", 1), ("peg", 0)]  # fmt: skip
-SWEEP += [f"{pos}:patch:30:{seed}:decay=0.3:to=zero:ramp=0{swin(pos)}" for pos, seed in ZEROED]
-# A stronger decay towards the start (1), tried beside 0.3 and not taken, on the `relbias` seed that plateaus most
-# easily.
-SWEEP += ["relbias:patch:30:1:decay=1:to=start:ramp=0:locality=0"]
-# Decay 0.3 towards the start without a ramp (the default before the ramp): every scheme with position parameters
-# over seeds.
-SWEEP += [f"{pos}:patch:30:{seed}:ramp=0{swin(pos)}" for pos in WITH_PARAMS for seed in SEEDS[pos]]
-# The scale ramped in over 3 epochs: a lower early lr, so that RoPE, not the learned table beside it, carries position
-# in `rope2d+learned` (5 seeds, as its rule-off runs have), and `learned` over seeds; against them, every `relbias`
-# seed, whose plateau a lower early lr may not leave. Over 1 epoch on the seeds where the two pull apart. Seed 0 of
-# every other scheme with position parameters.
-SWEEP += [f"rope2d+learned:patch:30:{seed}:ramp=3" for seed in range(5)]
-SWEEP += [f"{pos}:patch:30:{seed}:ramp=3{swin(pos)}" for pos in ("relbias", "learned") for seed in range(3)]
-SWEEP += [f"{pos}:patch:30:1:ramp=1{swin(pos)}" for pos in ("relbias", "rope2d+learned")]
-SWEEP += [f"{pos}:patch:30:0:ramp=3{swin(pos)}" for pos in WITH_PARAMS
-          if pos not in ("learned", "relbias", "rope2d+learned")]  # fmt: skip
-# Over 5 epochs (the default): `rope2d+learned` over seeds 3-4 too, as its rule-off runs; with Swin's init, the
-# `relbias` seed that stayed on its plateau under the 3-epoch ramp, and `relbias+peg`.
-SWEEP += [f"rope2d+learned:patch:30:{seed}:ramp=5" for seed in (3, 4)]
-SWEEP += ["relbias:patch:30:1:ramp=5:locality=0", "relbias+peg:patch:30:0:ramp=5:relbias.locality=0"]
+# The schemes with position parameters the pages report: the two main ones, the three others chosen to be given every
+# seed, and `cpb`, an MLP where the others hold tables, convolutions and rotation frequencies.
+RULE_SCHEMES = ["learned", "relbias", "rope2d-mixed", "rope2d+peg", "relbias+peg", "cpb"]
+# Each part of the default rule taken away in turn (POS:STEM:SCALE:SEED[:decay=W][:to=T][:ramp=E][:KEY=VALUE]; what
+# is not named: the default rule's), and `relbias`'s start: its tables from noise alone (Swin's init, `locality=0`)
+# against its default over two seeds.
+SWEEP = [f"{pos}:patch:30:0:ramp=0" for pos in RULE_SCHEMES]
+SWEEP += ["relbias:patch:30:0:locality=0", "relbias:patch:30:1", "relbias:patch:30:1:locality=0"]
+SWEEP += [f"{pos}:patch:30:0:decay=0" for pos in RULE_SCHEMES]
 RULE_FIELDS = ("decay", "to", "ramp")
 
 
@@ -131,26 +89,24 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", nargs="*", default=MAIN_RUNS, metavar="POS:STEM", help="runs with --seeds")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--others", nargs="*", default=OTHERS, metavar="POS:STEM", help="runs with seed 0 first")
-    p.add_argument("--top", type=int, default=3, help="others (by seed-0 validation top-1) trained with --seeds too")
-    p.add_argument("--more-seeds", nargs="*", metavar="POS:STEM",
-                   help="others trained with --seeds too (default: every one of --others)")  # fmt: skip
-    p.add_argument("--ablation", nargs="*", metavar="POS:STEM",
-                   help="rule-off runs, seed 0 (default: every scheme with position parameters)")  # fmt: skip
+    p.add_argument("--top", type=int, default=0, help="others (by seed-0 validation top-1) trained with --seeds too")
+    p.add_argument("--more-seeds", nargs="*", default=[], metavar="POS:STEM", help="others trained with --seeds too")
+    p.add_argument("--ablation", nargs="*", default=[f"{pos}:patch" for pos in RULE_SCHEMES], metavar="POS:STEM",
+                   help="rule-off runs, seed 0 (of those with position parameters)")  # fmt: skip
     p.add_argument("--sweep", nargs="*", default=SWEEP,
                    metavar="POS:STEM:SCALE:SEED[:decay=W][:to=T][:ramp=E][:KEY=VALUE]",
                    help="further runs under other position rules (--pos-lr-scale, --pos-weight-decay, --pos-decay-to, "
                         "--pos-lr-warmup-epochs; what is not named: the default's) or with a scheme option "
                         "(--pos-kwarg KEY=VALUE; PART.KEY=VALUE in a composition)")  # fmt: skip
-    p.add_argument("--out", default="runs/bench-shapes", help="folder of the training runs")
+    p.add_argument("--out", default="runs/rules", help="folder of the training runs")
     p.add_argument("--jobs", type=int, default=1, help="trainings at once, each with cores / jobs threads")
-    p.add_argument("--json", default=str(ROOT / "docs" / "results.json"))
+    p.add_argument("--json", default=str(ROOT / "docs" / "rules.json"))
     p.add_argument("--retrain", action="store_true")
     p.add_argument("--repick", action="store_true", help="choose the --top others again instead of the recorded ones")
     args = p.parse_args(argv)
     threads = cores_per_job(p, args.jobs)
-    args.more_seeds = args.others if args.more_seeds is None else args.more_seeds
     run_specs(p, args.runs + args.others + args.more_seeds)
     cfg, out = Config(), ROOT / args.out
     o = cfg.optim
@@ -192,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.repick or len(top) != args.top or not set(top) <= set(args.others):
         top = sorted(args.others, key=lambda s: -runs[(s, args.seeds[0], *default.values(), "{}")]["best_val_top1"])
         top = top[: args.top]
-    ablation = with_params if args.ablation is None else [s for s in args.ablation if s in with_params]
+    ablation = [s for s in args.ablation if s in with_params]
     more = top + [s for s in args.more_seeds if s not in top]
     train_all([(s, seed, default, {}) for s in more for seed in args.seeds]
               + [(s, 0, off, {}) for s in ablation] + [parse_sweep(item) for item in args.sweep])  # fmt: skip

@@ -41,7 +41,9 @@ def test_diagnostics_takes_each_schemes_seed_0_run_at_the_default_rule(bench, tm
     decayed = {"run": str(tmp_path / "runs" / "learned-patch-lr30-wd0.3-seed0"), "seed": 0, "pos_lr_scale": 30.0,
                "pos_weight_decay": 0.3}  # fmt: skip
     results["runs"].append(decayed)  # not the default rule
-    (tmp_path / "results.json").write_text(json.dumps(results))
+    stamp = {"hardware": "1 x CPU", "device": "cpu", "commit": "abc", "torch": "2", "ckpt_sha256": "f00"}
+    results["runs"][0] |= stamp
+    (tmp_path / "rules.json").write_text(json.dumps(results))
     for name, *_ in runs[:4]:  # relbias's checkpoint is gone: it keeps its earlier record
         (tmp_path / "runs" / name / "checkpoints").mkdir(parents=True)
         (tmp_path / "runs" / name / "checkpoints" / "last.ckpt").touch()
@@ -61,9 +63,11 @@ def test_diagnostics_takes_each_schemes_seed_0_run_at_the_default_rule(bench, tm
                 "pictures": ["attention_distance.png"], "mean_attention_distance_per_block": [3.0, 4.0]}  # fmt: skip
 
     monkeypatch.setattr(diagnostics, "diagnose", diagnose)
-    argv = ["--results", str(tmp_path / "results.json"), "--docs", str(tmp_path), "--num-images", "8"]
+    argv = ["--results", str(tmp_path / "rules.json"), "--docs", str(tmp_path), "--num-images", "8"]
     assert diagnostics.main(argv) == 0
     assert seen == ["rope2d-patch-seed0", "learned-patch-lr30-seed0"]
+    made = json.loads((tmp_path / "diagnostics.json").read_text())["runs"]
+    assert made[0].items() >= stamp.items()  # each record names the run it diagnosed: machine, code, checkpoint
     page = pages.PAGES["diagnostics"](json.loads((tmp_path / "diagnostics.json").read_text()), tmp_path)
     assert [row[:5] for row in rows(page)[1:]] == [
         ["`rope2d-patch-seed0`", "50.0 %", "25.0 %", "+25.0 pts", "3.00 / 4.00"],
@@ -100,11 +104,11 @@ def test_results_study_trains_main_top_and_more_seeds_schemes_with_every_seed(be
     assert {p for p, _, scaled in trained if scaled} == {"rope2d-mixed", "liere", "cpb"}  # those with parameters
     record = json.loads((tmp_path / "results.json").read_text())
     assert record["top_others"] == ["rope2d-mixed:patch"] and len(record["runs"]) == len(trained)
-    trained.clear()  # without --more-seeds: every one of --others gets every seed
+    trained.clear()  # without --more-seeds: the top others alone get every seed
     cut = argv.index("--more-seeds")
     assert results.main([*argv[:cut], *argv[cut + 2 :], "--retrain", "--repick"]) == 0
     assert {pos: sorted(s for p, s, _ in trained if p == pos) for pos, _, _ in trained} == {
-        pos: [0, 1] for pos in ("rope2d", "rope2d-mixed", "liere", "cpb", "lookhere")}  # fmt: skip
+        "rope2d": [0, 1], "rope2d-mixed": [0, 1], "liere": [0], "cpb": [0], "lookhere": [0]}  # fmt: skip
 
 
 def test_results_study_with_jobs_trains_at_once_and_records_as_one_at_a_time(bench, tmp_path, monkeypatch):
@@ -220,7 +224,7 @@ def test_results_study_reuses_recorded_runs_only_at_the_same_training_budget(ben
 
     def train_run(run_dir, flags, retrain=False):
         trained.append(run_dir.name)
-        return {"run": f"runs/bench-shapes/{run_dir.name}", "best_val_top1": 0.9, "test_top1": 0.9}
+        return {"run": f"runs/rules/{run_dir.name}", "best_val_top1": 0.9, "test_top1": 0.9}
 
     monkeypatch.setattr(results, "train_run", train_run)
     out = tmp_path / "results.json"

@@ -308,21 +308,22 @@ def test_entropy_table_is_the_fraction_of_uniform_per_column():
     assert summary.entropy_table(summary.Study(study_json())) == "Not measured yet."
 
 
-def test_reruns_table_sets_each_rerun_beside_its_earlier_record_and_names_both_machines():
+def test_reruns_table_sets_each_study_run_beside_the_other_records_and_names_both_machines_and_commits():
     data = study_json()
     data["budget"] |= {"rule_pos_lr_scale": 30.0, "rule_pos_weight_decay": 0.3, "rule_pos_decay_to": "start",
                        "rule_pos_lr_warmup_epochs": 5.0}  # fmt: skip
-    data["runs"][0] |= {"test_top1": 0.976, "pos_params": True}  # learned seed 0 on "1 x CPU"
+    data["runs"][0] |= {"test_top1": 0.976, "pos_params": True, "commit": "aaa"}  # learned seed 0 on "1 x CPU"
     rule = {"pos_lr_scale": 30.0, "pos_weight_decay": 0.3, "pos_decay_to": "start", "pos_lr_warmup_epochs": 5.0}
-    earlier = {
+    other = {
         "runs": [
-            {"spec": "learned:patch", "seed": 0, **rule, "test_top1": 0.978, "hardware": "1 x AMD"},
-            {"spec": "learned:patch", "seed": 0, **rule, "pos_lr_scale": 1.0, "test_top1": 0.3},
+            {"spec": "learned:patch", "seed": 0, **rule, "test_top1": 0.978, "hardware": "1 x AMD", "commit": "bbb"},
+            {"spec": "learned:patch", "seed": 0, **rule, "pos_lr_scale": 1.0, "test_top1": 0.3},  # another rule
+            {"spec": "learned:patch", "seed": 0, **rule, "test_top1": 0.1, "pos_kwargs": {"x": 1}},  # options
         ]
     }
-    text = summary.reruns(summary.Study(data), earlier)
+    text = summary.reruns(summary.Study(data), other)
     (row,) = [ln for ln in text.splitlines() if ln.startswith("| `learned`")]
-    assert row == "| `learned` | 0 | 97.8 | 97.6 | -0.2 | 1 x AMD | 1 x CPU |"
+    assert row == "| `learned` | 0 | 97.6 | 97.8 | +0.2 | 1 x CPU, aaa | 1 x AMD, bbb |"
 
 
 def test_same_kind_reruns_count_exact_agreement_and_leave_other_machines_to_the_other_table():

@@ -108,7 +108,7 @@ def test_rule_line_names_the_runs_rule_and_the_default_only_where_they_differ():
     optioned = common.rule_line(names, {"budget": default | {"default_pos_weight_decay": 0.0}, "runs": runs}, "py")
     assert "`rope2d` (theta=10)" in optioned and "`py`" in optioned
     assert common.rule_line(names[1:], {"budget": default, "runs": runs}, "py") is None  # no position parameters
-    page = pages.PAGES["diagnostics"](DIAGNOSTICS, Path("/nonexistent"))  # no results.json: no rule line
+    page = pages.PAGES["diagnostics"](DIAGNOSTICS, Path("/nonexistent"))  # no rules.json: no rule line
     assert len([p for p in page.split("\n\n") if p.strip()]) == 4  # title, made by, how, table
 
 

@@ -12,6 +12,7 @@ from benchmarks import protocol, study
 
 RULE_A = dict(pos_lr_scale=30.0, pos_weight_decay=0.3, pos_decay_to="start", pos_lr_warmup_epochs=5.0)
 RULE_B = dict(pos_lr_scale=1.0, pos_weight_decay=0.0, pos_decay_to="none", pos_lr_warmup_epochs=0.0)
+RULE_C = dict(pos_lr_scale=10.0, pos_weight_decay=0.0, pos_decay_to="none", pos_lr_warmup_epochs=0.0)
 
 
 def run(spec, seed, rule, val, test=0.5, **more):
@@ -29,6 +30,49 @@ def test_the_rule_is_chosen_on_validation_and_test_never_enters():
     assert (row["pairs"], row["wins"], row["losses"]) == (6, 6, 0)
 
 
+def test_the_chosen_rules_comparisons_carry_a_paired_interval_corrected_together():
+    gains = [0.05, 0.06, 0.04, 0.05, 0.07, 0.05]
+    runs = [run(f"s{i}:patch", 0, RULE_A, 0.9 + g) for i, g in enumerate(gains)]
+    runs += [run(f"s{i}:patch", 0, RULE_B, 0.9) for i in range(6)]
+    runs += [run(f"s{i}:patch", 0, RULE_C, 0.9 + g + (0.02 if i % 2 else -0.03)) for i, g in enumerate(gains)]
+    chosen = protocol.choose_rule(runs, min_pairs=5)
+    assert chosen["chosen"] == RULE_A
+    rows = {t["other"]["pos_lr_scale"]: t for t in chosen["comparisons"] if t["rule"] == RULE_A}
+    strong, weak = rows[1.0], rows[10.0]
+    assert strong["holm"]["verdict"] == "above" and strong["holm"]["low"] > 0
+    # Holm widens each interval beyond its own 95 % one; a gain the runs do not settle is said to be so.
+    assert strong["holm"]["low"] < strong["low"] and strong["holm"]["high"] > strong["high"]
+    assert weak["holm"]["verdict"] == "not separated" and weak["holm"]["low"] < 0 < weak["mean_diff"]
+    assert all("holm" not in t for t in chosen["comparisons"] if t["rule"] != RULE_A)  # one family: the page's
+
+
+def rule_record(tmp_path, runs, name="rules.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps({"command": "python -m benchmarks.results", "runs": runs}))
+    return path
+
+
+def test_only_runs_naming_their_machine_and_commit_choose_and_they_name_one_of_each(tmp_path):
+    stamp = {"hardware": "1 x CPU", "commit": "abc"}
+    runs = [run(f"s{i}:patch", 0, RULE_A, 0.95, **stamp) for i in range(5)]
+    runs += [run(f"s{i}:patch", 0, RULE_B, 0.90, **stamp) for i in range(5)]
+    runs += [run("o:patch", 0, RULE_A, 0.99, **stamp)]
+    unstamped = [run(f"s{i}:patch", 0, RULE_B, 0.99) for i in range(5, 10)]  # would carry B if they voted
+    unstamped += [run(f"s{i}:patch", 0, RULE_A, 0.10, hardware="1 x CPU") for i in range(5, 10)]
+    unstamped += [run("x:patch", 0, RULE_A, 1.0, hardware="1 x CPU")]
+    out = tmp_path / "protocol.json"
+    args = ["--runs", str(rule_record(tmp_path, runs + unstamped)), "--json", str(out), "--top", "1"]
+    assert protocol.main(args) == 0
+    proto = json.loads(out.read_text())
+    assert proto["rule"]["chosen"] == RULE_A
+    assert (proto["evidence"]["runs"], proto["evidence"]["left_out"]) == (11, 11)
+    assert proto["top_others"]["chosen"] == ["o:patch"]  # x names no commit
+    for other in ({"hardware": "1 x GPU", "commit": "abc"}, {"hardware": "1 x CPU", "commit": "def"}):
+        mixed = runs + [run("t:patch", 0, RULE_A, 0.9, **other)]
+        with pytest.raises(SystemExit):
+            protocol.main(["--runs", str(rule_record(tmp_path, mixed)), "--json", str(out)])
+
+
 def test_no_rule_is_chosen_without_enough_shared_runs_or_a_rule_above_all_others():
     runs = [run("s:patch", seed, RULE_A, 0.9) for seed in range(3)] + [run("s:patch", seed, RULE_B, 0.8)
                                                                        for seed in range(3)]  # fmt: skip
@@ -44,6 +88,15 @@ def test_runs_with_scheme_options_do_not_vote_for_the_rule_and_the_start_is_chos
     assert len(protocol.val_by_rule(runs)[tuple(RULE_A.values())]) == 3
     start = protocol.choose_start(runs, RULE_A)
     assert (start["chosen"], start["seeds"]) == (1, [1])
+
+
+def test_the_start_is_chosen_over_the_seeds_both_starts_have_with_its_paired_difference():
+    runs = [run("relbias:patch", s, RULE_A, v) for s, v in ((0, 0.99), (1, 0.97), (2, 0.2))]
+    runs += [run("relbias:patch", s, RULE_A, v, pos_kwargs={"locality": 0}) for s, v in ((0, 0.5), (1, 0.3))]
+    start = protocol.choose_start(runs, RULE_A)
+    assert (start["chosen"], start["seeds"]) == (1, [0, 1])  # seed 2 has one start only: it does not vote
+    d = start["difference"]
+    assert d["diff"] == pytest.approx(0.58) and d["low"] < d["diff"] < d["high"]
 
 
 def test_top_others_are_ranked_by_seed_0_validation_outside_the_main_runs():

@@ -174,7 +174,7 @@ def rule_words(rule: tuple) -> str:
 
 
 def rule_line(names: list[str], results: dict | None, command: str) -> str | None:
-    """The position rule the named runs (folder names) trained under, from docs/results.json; whether the
+    """The position rule the named runs (folder names) trained under, from docs/rules.json; whether the
     default."""
     runs = {Path(r["run"]).name: r for r in (results or {}).get("runs", [])}
     rules = sorted({run_rule(runs[n]) for n in names if n in runs and runs[n].get("pos_params")})

@@ -19,7 +19,7 @@ def render(d: dict, folder: Path) -> str:
         "diagnostics.md",
         measured=measured_line(d),
         num_images=str(d["num_images"]),
-        rule_line=rule_line([r["run"] for r in d["runs"]], read(folder / "results.json"), d["command"]),
+        rule_line=rule_line([r["run"] for r in d["runs"]], read(folder / "rules.json"), d["command"]),
         table=table(
             ["run", "top-1", "top-1, patches shuffled", "drop", "attention distance, first / last block", "pictures"],
             rows,

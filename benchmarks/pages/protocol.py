@@ -78,23 +78,52 @@ def studied_seeds(specs: list[str], *records: dict | None) -> str:
     return ", ".join(f"`{s}` {len(v) or 'none'}" for s, v in seeds.items())
 
 
+def comparison(t: dict) -> list[str]:
+    """One row of the rule table: the other rule, the shared runs, the paired difference with its Holm-corrected
+    interval and verdict, and the runs on each side."""
+    h = t.get("holm")
+    diff = signed(t["mean_diff"]) + (f" [{signed(h['low'])}, {signed(h['high'])}]" if h else "")
+    return [rule_text(t["other"]), str(t["pairs"]), diff, h["verdict"] if h else "—", f"{t['wins']} / {t['losses']}"]
+
+
+def evidence_text(ev: dict) -> str:
+    """Which runs of which record made a choice, on what machine and code, and how many were left out."""
+    commit = f"commit {', '.join(ev['commit'])}" if ev.get("commit") else "no commit recorded"
+    left = ev.get("left_out", 0)
+    out = f"{ev['runs']} runs of `{ev['command']}` in {ev['file']} ({', '.join(ev['hardware'])}; {commit})"
+    gone = f"; {left} runs of that record that do not name their machine and commit were left out" if left else ""
+    return out + gone
+
+
+def start_text(start: dict) -> str:
+    """Mean validation top-1 per start, the seeds, and the chosen start's paired difference where there is one."""
+    out = ", ".join(f"locality {k}: {pct(v)} %" for k, v in start["val_mean"].items())
+    out += f" (seeds {', '.join(map(str, start['seeds']))})"
+    d = start.get("difference")
+    if d:
+        out += (f"; the chosen start minus the other: {signed(d['diff'])} [{signed(d['low'])}, {signed(d['high'])}] "
+                f"points (paired t over {len(start['seeds'])} seeds, 95 %)")  # fmt: skip
+    return out
+
+
 def render(protocol: dict, study: dict | None, *others: dict | None) -> str:
     """docs/protocol.md; each scheme's method from ``study`` (docs/study.json) or else the first of ``others``
     (docs/frontier.json, docs/claims.json) that chose one."""
     chosen = protocol["rule"]["chosen"]
-    rows = [[rule_text(t["other"]), str(t["pairs"]), signed(t["mean_diff"]), f"{t['wins']} / {t['losses']}"]
-            for t in protocol["rule"]["comparisons"] if t["rule"] == chosen]  # fmt: skip
+    rows = [comparison(t) for t in protocol["rule"]["comparisons"] if t["rule"] == chosen]
     start = protocol["start"]
     top = protocol["top_others"]
     ev = protocol["evidence"]
     return fill(
         "protocol.md",
         rule=rule_text(chosen),
-        rule_table=table(["other rule", "shared runs", "chosen minus other (points)", "runs above / below"], rows),
-        evidence=f"{ev['runs']} runs of `{ev['command']}` in {ev['file']} (hardware: {', '.join(ev['hardware'])})",
+        rule_table=table(
+            ["other rule", "shared runs", "chosen minus other (points) [interval]", "verdict", "runs above / below"],
+            rows,
+        ),  # fmt: skip
+        evidence=evidence_text(ev),
         start=f"`locality` {start['chosen']}" if start["chosen"] is not None else "not chosen",
-        start_detail=", ".join(f"locality {k}: {pct(v)} %" for k, v in start["val_mean"].items())
-        + f" (seeds {', '.join(map(str, start['seeds']))})",
+        start_detail=start_text(start),
         top=", ".join(f"`{s}`" for s in top["chosen"]),
         top_detail=", ".join(f"`{s}` {pct(v)}" for s, v in list(top["seed0_val"].items())[:6]),
         top_seeds=studied_seeds(top["chosen"], study, *others),

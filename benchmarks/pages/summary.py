@@ -265,27 +265,30 @@ def ceiling_noise(study: Study) -> str:
     return f"{100 * 1.96 * (BAG_CEILING * (1 - BAG_CEILING) / n) ** 0.5:.1f}" if n else "?"
 
 
-def reruns(study: Study, earlier: dict | None) -> str:
-    """Each study run that an earlier record (docs/results.json) also holds, same scheme, seed and rule: both test
-    top-1 (the best-validation checkpoint, as each run reports it) and where each trained."""
-    if not earlier:
-        return "No earlier record to compare with."
+def reruns(study: Study, other: dict | None) -> str:
+    """Each study run that another record of the same command (docs/rules.json) also holds, same scheme, seed and
+    rule: both test top-1 (the best-validation checkpoint, as each run reports it) and the machine and commit each
+    trained on."""
+    if not other:
+        return "No other record to compare with."
     key = ("spec", "seed", "pos_lr_scale", "pos_weight_decay", "pos_decay_to", "pos_lr_warmup_epochs")
-    old = {tuple(r.get(k) for k in key): r for r in earlier.get("runs", []) if not r.get("pos_kwargs")}
+    theirs = {tuple(r.get(k) for k in key): r for r in other.get("runs", []) if not r.get("pos_kwargs")}
     rule = tuple(study.data["budget"].get(f"rule_{k}") for k in key[2:])  # the study's runs all train under it
+
+    def where(r: dict) -> str:
+        return f"{r.get('hardware', 'not recorded')}, {r.get('commit', 'no commit recorded')}"
+
     rows = []
     for r in sorted(study.data.get("runs", []), key=lambda r: (r["spec"], r["seed"])):
-        o = old.get((r["spec"], r["seed"], *rule))
+        o = theirs.get((r["spec"], r["seed"], *rule))
         if o is None or "test_top1" not in r:
             continue
-        same = o.get("hardware") == r.get("hardware")
-        rows.append([label(r["spec"]), str(r["seed"]), pct(o["test_top1"]), pct(r["test_top1"]),
-                     signed(r["test_top1"] - o["test_top1"]), o.get("hardware", "not recorded"),
-                     r.get("hardware", "?") + ("" if not same else " (same kind)")])  # fmt: skip
+        rows.append([label(r["spec"]), str(r["seed"]), pct(r["test_top1"]), pct(o["test_top1"]),
+                     signed(o["test_top1"] - r["test_top1"]), where(r), where(o)])  # fmt: skip
     if not rows:
-        return "No run of the study is in the earlier record."
-    return table(["scheme", "seed", "earlier test top-1", "rerun", "difference (points)", "earlier machine",
-                  "rerun machine"], rows)  # fmt: skip
+        return "No run of the study is in the other record."
+    return table(["scheme", "seed", "study test top-1", "other record", "difference (points)", "study: machine, commit",
+                  "other: machine, commit"], rows)  # fmt: skip
 
 
 def same_kind_reruns(reran: dict | None) -> str:
@@ -487,7 +490,7 @@ def chosen_others(others: dict, held: list[str]) -> str:
 def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | None = None,
            fmnist: dict | None = None, reran: dict | None = None, others: dict | None = None,
            chosen: list[str] = ()) -> tuple[str, str]:  # fmt: skip
-    """(docs/summary.md, the README's table block) from docs/study.json (``earlier``, docs/results.json, for the
+    """(docs/summary.md, the README's table block) from docs/study.json (``earlier``, docs/rules.json, for the
     reruns' table; ``cost``, docs/cost.json, for the cost column; ``fmnist``, docs/fashion_mnist_study.json, for the
     Fashion-MNIST column; ``reran``, docs/rerun.json, for the reruns on the same kind of machine; ``others``,
     docs/claims.json, for the rows of ``chosen``, the other schemes validation chose to be given every seed); the
