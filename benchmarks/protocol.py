@@ -75,7 +75,10 @@ def choose_rule(runs: list[dict], min_pairs: int = 5) -> dict:
     for t in table:
         d = t.pop("paired")
         t |= {"low": d.low, "high": d.high, "p": d.p}
-    return {"chosen": chosen, "comparisons": table}
+    # Every run that voted, so that a page can show where a mean comes from scheme by scheme.
+    votes = [{"rule": rule_name(a), "spec": spec, "seed": seed, "best_val_top1": v}
+             for a in by for (spec, seed), v in sorted(by[a].items())]  # fmt: skip
+    return {"chosen": chosen, "comparisons": table, "runs": votes}
 
 
 def choose_start(runs: list[dict], rule: dict, scheme: str = "relbias:patch") -> dict:

@@ -112,6 +112,30 @@ def test_train_transform_all_augmentations_rgb_and_gray():
         train_transform(24, DataConfig(randaugment="augmix-m3"), (0.5,) * 3, (0.5,) * 3)
 
 
+def test_randaugment_posterize_down_to_0_bits_is_a_black_image_not_an_error():
+    """`rand-m9-mstd0.5-inc1` reaches 0 bits now and then (magnitude noise at the top of the range); Pillow refuses
+    that, so an unpatched op would end a run mid-epoch. Magnitude 10 asks for 0 bits every time."""
+    from timm.data import rand_augment_transform
+
+    from vitpos.compat.timm import posterize_to_black
+
+    hp = {"translate_const": 10, "img_mean": (128, 128, 128)}
+    ra = rand_augment_transform("rand-m10-n1-inc1", hp, transforms=["PosterizeIncreasing"])
+    ra.ops[0].prob = 1.0
+    img = _bands()
+    with pytest.raises(ValueError, match="bits"):
+        ra(img)  # timm and Pillow alone
+    out = np.asarray(posterize_to_black(ra)(img))
+    assert out.shape == np.asarray(img).shape and not out.any()
+    ra4 = posterize_to_black(rand_augment_transform("rand-m0-n1-inc1", hp, transforms=["PosterizeIncreasing"]))
+    ra4.ops[0].prob = 1.0
+    assert (np.asarray(ra4(img)) == (np.asarray(img) & 0xF0)).all()  # 4 bits kept: Pillow's own posterize
+    steps = train_transform(24, DataConfig(randaugment="rand-m9-mstd0.5-inc1"), (0.5,) * 3, (0.5,) * 3).transforms
+    (vitpos_ra,) = [t for t in steps if hasattr(t, "ops")]
+    posterize = [op.aug_fn for op in vitpos_ra.ops if op.name.startswith("Posterize")]
+    assert posterize and all(fn is ra.ops[0].aug_fn for fn in posterize)  # what training uses is the patched op
+
+
 # -- digits ---------------------------------------------------------------------------------
 def test_digits_splits_and_loaders():
     dm = build_datamodule(DataConfig(name="digits", batch_size=64), 32, seed=5)

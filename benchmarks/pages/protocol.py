@@ -86,6 +86,25 @@ def comparison(t: dict) -> list[str]:
     return [rule_text(t["other"]), str(t["pairs"]), diff, h["verdict"] if h else "—", f"{t['wins']} / {t['losses']}"]
 
 
+def per_scheme(rule: dict) -> str:
+    """Validation top-1 of every run that voted, one row per (scheme, seed) and one column per rule, the chosen rule
+    first: where each mean difference comes from."""
+    votes = rule.get("runs", [])
+    if not votes:
+        return ""
+    order = [rule["chosen"]] + [t["other"] for t in rule["comparisons"] if t["rule"] == rule["chosen"]]
+    cells = {(tuple(v["rule"].values()), v["spec"], v["seed"]): v["best_val_top1"] for v in votes}
+    keys = sorted({(v["spec"], v["seed"]) for v in votes if v["rule"] in order})
+
+    def val(v: float | None) -> str:  # 2,000 validation images: steps of 0.05 points
+        return "—" if v is None else f"{100 * v:.2f}"
+
+    rows = [[f"`{spec}`", str(seed), *(val(cells.get((tuple(r.values()), spec, seed))) for r in order)]
+            for spec, seed in keys]  # fmt: skip
+    heads = ["scheme", "seed", *(rule_text(r) + (" (chosen)" if r == rule["chosen"] else "") for r in order)]
+    return "Validation top-1 (%) of each run that voted:\n\n" + table(heads, rows)
+
+
 def evidence_text(ev: dict) -> str:
     """Which runs of which record made a choice, on what machine and code, and how many were left out."""
     commit = f"commit {', '.join(ev['commit'])}" if ev.get("commit") else "no commit recorded"
@@ -122,6 +141,7 @@ def render(protocol: dict, study: dict | None, *others: dict | None) -> str:
             rows,
         ),  # fmt: skip
         evidence=evidence_text(ev),
+        per_scheme=per_scheme(protocol["rule"]),
         start=f"`locality` {start['chosen']}" if start["chosen"] is not None else "not chosen",
         start_detail=start_text(start),
         top=", ".join(f"`{s}`" for s in top["chosen"]),

@@ -19,6 +19,7 @@ from timm.data import rand_augment_transform
 from torchvision.transforms import InterpolationMode, v2
 from torchvision.transforms.v2 import functional as F
 
+from ..compat.timm import posterize_to_black
 from ..config import DataConfig
 from ..errors import ConfigError
 from ..regime import Window
@@ -139,7 +140,7 @@ def train_transform(img_size: int, cfg: DataConfig, mean: tuple[float, ...], std
             "interpolation": Image.BICUBIC,
         }
         try:
-            ops.append(rand_augment_transform(cfg.randaugment, hparams))
+            ops.append(posterize_to_black(rand_augment_transform(cfg.randaugment, hparams)))
         except (AssertionError, ValueError, KeyError, IndexError) as e:
             raise ConfigError(f"bad randaugment spec '{cfg.randaugment}' (e.g. 'rand-m9-mstd0.5-inc1'): {e}") from None
     ops += _to_tensor(mean, std)
