@@ -214,9 +214,9 @@ def test_protocol_page_states_the_rule_and_the_methods_chosen_on_validation():
     page = protocol.render(proto, study_json())
     assert "## The position rule: lr x30, decay 0.3 towards start, ramped in over 5 epochs" in page
     assert "| `rope2d:patch` | `interpolate` | `interpolate` | extrapolate 30.0, interpolate 60.0 | 6 |" in page
-    assert page.count("| lr x") == len(
-        [t for t in proto["rule"]["comparisons"] if t["rule"] == proto["rule"]["chosen"]]
-    )
+    family = [t for t in proto["rule"]["comparisons"] if t["rule"] == proto["rule"]["chosen"]]
+    assert sum(line.startswith("| lr x") for line in page.splitlines()) == len(family)  # one row per comparison
+    assert all("holm" in t for t in family) and " (chosen) |" in page  # intervals; every voting run, per rule
     runs = [{"spec": "rope2d+peg:patch", "seed": k} for k in (0, 1)] + [{"spec": "rope2d:patch", "seed": 0}]
     assert protocol.studied_seeds(["rope2d+peg:patch", "relbias+peg:patch"], {"runs": runs}, None, {"runs": runs}) == (
         "`rope2d+peg:patch` 2, `relbias+peg:patch` none"
@@ -685,14 +685,18 @@ def provenance_rows(data: dict) -> list[dict]:
     return [r for part in ("runs", "records", "entropy", "shuffle", "finetuned") for r in data.get(part, [])]
 
 
-# docs/results.json is the earlier harness's record that docs/protocol.md chose the position rule from; that page
-# says which of its runs record no machine. Every study and rerun record the pages read names all of its provenance.
+# Every record of runs or of checkpoints the pages read (the studies, the rule study, the reruns, the diagnostics and
+# the position-parameter curves) names all of its provenance.
 STUDY_RECORDS = sorted(
     p
     for p in (ROOT / "docs").glob("*.json")
-    if p.name != "results.json"
-    and ("reruns" in (d := json.loads(p.read_text())) or "spec" in (d.get("runs") or [{}])[0])
+    if "reruns" in (d := json.loads(p.read_text())) or {"spec", "run"} & set((d.get("runs") or [{}])[0])
 )
+
+
+def test_the_provenance_check_covers_every_record_of_runs():
+    names = {p.name for p in STUDY_RECORDS}
+    assert {"rules.json", "study.json", "diagnostics.json", "pos_dynamics.json", "rerun.json"} <= names
 
 
 @pytest.mark.parametrize("path", STUDY_RECORDS, ids=lambda p: p.name)

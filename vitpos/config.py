@@ -144,7 +144,8 @@ class OptimConfig:
     # The position scheme's own parameters (tables, bias MLPs, learned frequencies, PEG's conv) train at
     # lr * pos_lr_scale. Under Adam a parameter moves at most about the summed learning rate, ~0.3 over the
     # default schedule, while a position table starting at std .02 must grow to the tokens' scale:
-    # at scale 1 `learned` and `relbias` stall. docs/protocol.md compares every rule measured, on validation top-1.
+    # at scale 1 `learned` and `relbias` stall. docs/protocol.md compares the rule, on validation top-1, with it off
+    # and with each of its parts (ramp, decay) taken away.
     pos_lr_scale: float = opt(30.0, "learning-rate factor for the position scheme's own parameters", gt=0)
     # At that rate a position parameter takes Adam's full-size steps whatever its gradient's size; a decay towards
     # the start bounds how far it moves and leaves what the loss keeps pushing about 1/decay from it

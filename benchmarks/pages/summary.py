@@ -475,16 +475,22 @@ def page_missing(missing: list[str]) -> str:
     return ("Columns not swept yet: " + ", ".join(missing) + ".") if missing else "Every column is swept."
 
 
-def chosen_others(others: dict, held: list[str]) -> str:
+def chosen_others(others: dict, held: list[str], chosen: list[str] = ()) -> str:
     """The sentence naming the rows beyond the six main schemes: ``held``, the schemes validation chose to be given
-    every seed that ``others`` (docs/claims.json) holds runs of, and the command that swept them."""
-    if not held:
-        return ""
-    return (f"Below the six main schemes: {', '.join(label(s) for s in held)}, the schemes besides them that "
-            "validation chose to be given every seed ([protocol.md](protocol.md)). They trained as the six did and "
-            f"were swept by `{others['command']}` (docs/claims.json): every method on validation, the chosen one only "
-            "on test (so their panels show no other method), without the canvas controls; they are neither "
-            "fine-tuned nor trained on Fashion-MNIST (—).")  # fmt: skip
+    every seed that ``others`` (docs/claims.json) holds runs of, and the command that swept them; then any chosen
+    scheme it holds no runs of, which has no row yet."""
+    rowless = [s for s in chosen if s not in held]
+    out = ""
+    if held:
+        out = (f"Below the six main schemes: {', '.join(label(s) for s in held)}, schemes besides them that "
+               "validation chose to be given every seed ([protocol.md](protocol.md)). They trained as the six did and "
+               f"were swept by `{others['command']}` (docs/claims.json): every method on validation, the chosen one "
+               "only on test (so their panels show no other method), without the canvas controls; they are neither "
+               "fine-tuned nor trained on Fashion-MNIST (—).")  # fmt: skip
+    if rowless:
+        out += (f"{' ' if out else ''}Also chosen, with no row here yet: {', '.join(label(s) for s in rowless)} "
+                "(not swept with these; [protocol.md](protocol.md) counts the seeds each has so far).")  # fmt: skip
+    return out
 
 
 def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | None = None,
@@ -503,7 +509,7 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
         "summary.md",
         command=data["command"],
         coverage=coverage(study),
-        others=chosen_others(others, held),
+        others=chosen_others(others, held, list(chosen)),
         missing=page_missing(missing),
         cost=cost_line(cost),
         table=study.table(COLUMNS),
@@ -524,6 +530,8 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
             f" Below the six main schemes: {', '.join(map(label, held))}, the others "
             "validation chose to be given every seed; their test sweep is the chosen method's only."
         )
+    if rowless := [s for s in chosen if s not in held]:
+        note += f" Also chosen, with no row yet: {', '.join(map(label, rowless))}."
     block = f"{study.table(README_COLUMNS)}\n\n{note}"
     return page, block
 
