@@ -475,11 +475,10 @@ def page_missing(missing: list[str]) -> str:
     return ("Columns not swept yet: " + ", ".join(missing) + ".") if missing else "Every column is swept."
 
 
-def chosen_others(others: dict, held: list[str], chosen: list[str] = ()) -> str:
+def chosen_others(others: dict, held: list[str], rowless: list[str] = ()) -> str:
     """The sentence naming the rows beyond the six main schemes: ``held``, the schemes validation chose to be given
-    every seed that ``others`` (docs/claims.json) holds runs of, and the command that swept them; then any chosen
-    scheme it holds no runs of, which has no row yet."""
-    rowless = [s for s in chosen if s not in held]
+    every seed that ``others`` (docs/claims.json) holds runs of, and the command that swept them; then ``rowless``,
+    the chosen schemes it holds no runs of, which have no row yet."""
     out = ""
     if held:
         out = (f"Below the six main schemes: {', '.join(label(s) for s in held)}, schemes besides them that "
@@ -502,6 +501,7 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
     docs/claims.json, for the rows of ``chosen``, the other schemes validation chose to be given every seed); the
     figure is written beside the page."""
     held = [s for s in chosen if any(r["spec"] == s for r in (others or {}).get("runs", []))]
+    rowless = [s for s in chosen if s not in held]
     study = Study(merged(data, others, set(held)) if held else data, cost, fmnist)
     plot(study, folder / "summary.png")
     missing = [head(*c) for c in COLUMNS if not any(study.values(s, c) for s in study.specs)]
@@ -509,7 +509,7 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
         "summary.md",
         command=data["command"],
         coverage=coverage(study),
-        others=chosen_others(others, held, list(chosen)),
+        others=chosen_others(others, held, rowless),
         missing=page_missing(missing),
         cost=cost_line(cost),
         table=study.table(COLUMNS),
@@ -530,7 +530,7 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
             f" Below the six main schemes: {', '.join(map(label, held))}, the others "
             "validation chose to be given every seed; their test sweep is the chosen method's only."
         )
-    if rowless := [s for s in chosen if s not in held]:
+    if rowless:
         note += f" Also chosen, with no row yet: {', '.join(map(label, rowless))}."
     block = f"{study.table(README_COLUMNS)}\n\n{note}"
     return page, block
