@@ -98,15 +98,16 @@ LOADED_VERSION = code_version()
 
 def provenance(checkpoint: str | Path | None = None, hardware: str | None = None) -> dict[str, str]:
     """What a record names of where and how it was made: ``hardware`` (devices x processor, as a run's
-    results.json states it), ``device`` (cpu or cuda), ``commit`` (the code this process imported), ``torch`` and,
-    for a record of a checkpoint, its ``ckpt_sha256``."""
+    results.json states it), ``device`` (cpu or cuda), ``commit`` (the code this process imported), ``torch``,
+    ``threads`` (this process's intra-op threads) and, for a record of a checkpoint, its ``ckpt_sha256``."""
     import torch
 
     from vitpos.training import cpu_name
 
     cuda = torch.cuda.is_available()
     out = {"hardware": hardware or f"1 x {torch.cuda.get_device_name() if cuda else cpu_name()}",
-           "device": "cuda" if cuda else "cpu", "commit": LOADED_VERSION, "torch": torch.__version__}  # fmt: skip
+           "device": "cuda" if cuda else "cpu", "commit": LOADED_VERSION, "torch": torch.__version__,
+           "threads": torch.get_num_threads()}  # fmt: skip
     if checkpoint is not None:
         out["ckpt_sha256"] = fingerprint(checkpoint)
     return out
@@ -121,6 +122,7 @@ def train_run(run_dir: Path, flags: list[str], retrain: bool = False) -> dict:
         run([sys.executable, "train.py", *flags, "--out", str(run_dir), *(["--overwrite"] if run_dir.exists() else [])])
         res = json.loads((run_dir / "results.json").read_text())
         stamp = provenance(run_dir / "checkpoints" / "last.ckpt", res.get("hardware")) | {"commit": commit}
+        stamp |= {"threads": res["threads"]} if "threads" in res else {}  # the training process's, not this one's
         made.write_text(json.dumps(stamp, indent=1) + "\n")
     else:
         print(f"reusing the finished run in {run_dir}", flush=True)

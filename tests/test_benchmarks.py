@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import ROOT, record, rows
 
 from benchmarks.pages import __main__ as pages
@@ -303,3 +304,24 @@ def test_records_name_the_code_the_process_imported_not_a_commit_made_while_it_r
 
     monkeypatch.setattr(bench_common, "code_version", lambda: "a-later-commit")  # HEAD moved during a long study
     assert bench_common.provenance()["commit"] == bench_common.LOADED_VERSION != "a-later-commit"
+
+
+def test_a_trained_run_is_stamped_with_the_threads_it_trained_with_not_the_ones_of_the_study(monkeypatch, tmp_path):
+    """On a CPU the thread count sets the order of floating-point sums, so a rerun can only reproduce a run at the
+    same count: the stamp takes the training process's (its results.json), which a study's --jobs may set apart."""
+    from benchmarks import common as bench_common
+
+    run_dir = tmp_path / "run"
+
+    def train(cmd):  # train.py, as its results.json and last checkpoint leave it
+        (run_dir / "checkpoints").mkdir(parents=True)
+        (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+        res = {"best_val_top1": 0.5, "test": {"test/top1": 0.4}, "train_seconds": 1.0, "global_step": 2,
+               "hardware": "1 x CPU", "threads": torch.get_num_threads() + 3}  # fmt: skip
+        (run_dir / "results.json").write_text(json.dumps(res))
+
+    monkeypatch.setattr(bench_common, "run", train)
+    got = bench_common.train_run(run_dir, [])
+    assert got["threads"] == torch.get_num_threads() + 3 != bench_common.provenance()["threads"]
+    assert json.loads((run_dir / "provenance.json").read_text())["threads"] == got["threads"]  # kept for reuse
+    assert bench_common.train_run(run_dir, [])["threads"] == got["threads"]

@@ -161,7 +161,7 @@ def test_the_fine_tuned_column_and_guide_line_read_the_fine_tuned_runs_only(tmp_
     page, block = summary.render(data, tmp_path)
     assert "fine-tuned 2x" not in page.split("Columns not swept yet")[-1].split(".")[0]
     assert "seeds fine-tuned per scheme: `learned` 3, `rope2d` 3." in page and "--init-from ... --epochs 1" in page
-    assert "- fine-tuning runs: ? (?), torch ?, commit ft1" in page  # where they trained
+    assert "- fine-tuning runs: ? (?), torch ?, commit ft1, threads not recorded" in page  # where they trained
     assert "not start from the method validation chose: `rope2d` starts as `extrapolate` serves the new grid." in page
     assert block.splitlines()[0].endswith("| fine-tuned 2x | Fashion-MNIST |")
 
@@ -705,3 +705,11 @@ def test_every_run_and_cell_of_a_study_record_names_its_provenance_and_one_kind_
     missing = [sorted(PROVENANCE - set(r)) for r in rows if not set(r) >= PROVENANCE]
     assert rows and not missing, f"{len(missing)} of {len(rows)} rows lack {missing[:1]}"
     assert len({r["hardware"] for r in rows}) == 1, "a table comes from one kind of machine"
+
+
+def test_where_a_record_was_made_names_its_threads_where_recorded():
+    """Runs that differ only in their thread count are two phrases: their sums run in another order."""
+    made = {"hardware": "1 x CPU", "device": "cpu", "commit": "abc", "torch": "2"}
+    got = common.machines([made | {"threads": 1}, made | {"threads": 2}, made | {"threads": 2}, made])
+    where = "1 x CPU (cpu), torch 2, commit abc"
+    assert got == [f"{where}, threads not recorded", f"{where}, 1 thread", f"{where}, 2 threads"]

@@ -157,6 +157,7 @@ def test_a_run_keeps_where_its_position_parameters_started_what_it_fitted_and_on
     fitted = res["last_train"]
     assert 0 <= fitted["train/top1"] <= 1 and math.isfinite(fitted["train/loss_epoch"])
     assert res["hardware"] == f"1 x {cpu_name()}" != "1 x unknown CPU"  # where its seconds were spent
+    assert res["threads"] == torch.get_num_threads() >= 1  # and with how many threads: they set the sums' order
     with (out / "logs" / "metrics.csv").open(newline="") as f:
         logged = [float(row["pos/rms"]) for row in csv.DictReader(f) if row.get("pos/rms")]
     assert len(logged) == res["global_step"]  # one per step (--log-every-n-steps 1)

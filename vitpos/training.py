@@ -224,8 +224,9 @@ def _run(cfg: Config, out: Path, pre: Any, resumed: dict[str, Any] | None) -> di
         signal.signal(signal.SIGINT, signal.default_int_handler)
         raise
     timer = next(c for c in trainer.callbacks if isinstance(c, Timer))
+    # the threads too: on a CPU they set the order of floating-point sums, so a run reproduces only at the same count
     results: dict = {"out": str(out), "train_seconds": round(timer.time_elapsed("train"), 1),
-                     "hardware": hardware(trainer)}  # fmt: skip
+                     "hardware": hardware(trainer), "threads": torch.get_num_threads()}  # fmt: skip
     if cfg.trainer.fast_dev_run:
         return results
     if trainer.global_step == 0:

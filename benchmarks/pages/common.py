@@ -97,10 +97,15 @@ def per_round(a: list[float], b: list[float]) -> list[float]:
 
 
 def machines(*records: list[dict]) -> list[str]:
-    """The distinct hardware / device / commit / torch of records, each as one phrase."""
-    seen = {(r.get("hardware", "?"), r.get("device", "?"), r.get("commit", "?"), r.get("torch", "?"))
+    """The distinct hardware / device / commit / torch / threads of records, each as one phrase."""
+    seen = {(r.get("hardware", "?"), r.get("device", "?"), r.get("commit", "?"), r.get("torch", "?"),
+             str(r.get("threads", "")))
             for recs in records for r in recs}  # fmt: skip
-    return [f"{h} ({d}), torch {t}, commit {c}" for h, d, c, t in sorted(seen)]
+
+    def threads(n: str) -> str:
+        return f", {n} thread{'s' if n != '1' else ''}" if n else ", threads not recorded"
+
+    return [f"{h} ({d}), torch {t}, commit {c}{threads(n)}" for h, d, c, t, n in sorted(seen)]
 
 
 def merged(base: dict, extra: dict, specs: set[str]) -> dict:
