@@ -211,15 +211,19 @@ def test_the_readme_table_is_the_one_rendered_from_docs_study_json(tmp_path):
 
 def test_protocol_page_states_the_rule_and_the_methods_chosen_on_validation():
     proto = json.loads((ROOT / "docs" / "protocol.json").read_text())
-    page = protocol.render(proto, study_json())
+    page = protocol.render(proto, {"study": study_json()})
     assert "## The position rule: lr x30, decay 0.3 towards start, ramped in over 5 epochs" in page
-    assert "| `rope2d:patch` | `interpolate` | `interpolate` | extrapolate 30.0, interpolate 60.0 | 6 |" in page
+    row = (
+        "| `rope2d:patch` | `interpolate` | `interpolate` | extrapolate 30.0, interpolate 60.0 | 6 | docs/study.json |"
+    )
+    assert row in page
     family = [t for t in proto["rule"]["comparisons"] if t["rule"] == proto["rule"]["chosen"]]
     assert sum(line.startswith("| lr x") for line in page.splitlines()) == len(family)  # one row per comparison
     assert all("holm" in t for t in family) and " (chosen) |" in page  # intervals; every voting run, per rule
-    runs = [{"spec": "rope2d+peg:patch", "seed": k} for k in (0, 1)] + [{"spec": "rope2d:patch", "seed": 0}]
+    runs = [{"spec": "rope2d+peg:patch", "seed": k, "best_val_top1": 0.9 + k / 10} for k in (0, 1)]
+    runs += [{"spec": "rope2d:patch", "seed": 0, "best_val_top1": 0.5}]
     assert protocol.studied_seeds(["rope2d+peg:patch", "relbias+peg:patch"], {"runs": runs}, None, {"runs": runs}) == (
-        "`rope2d+peg:patch` 2, `relbias+peg:patch` none"
+        "`rope2d+peg:patch` 2 (mean validation top-1 95.0 %), `relbias+peg:patch` none"
     )  # a seed in two records counts once
 
 
@@ -228,7 +232,7 @@ def test_a_default_that_differs_from_validations_choice_is_numbered_with_its_rea
     front = {"choices": {
         "string:patch": {"method": "interpolate", "val_mean": {"yarn": 0.6, "interpolate": 0.7}, "cells": 3},
         "fire:patch": {"method": "extrapolate", "val_mean": {"extrapolate": 0.6}, "cells": 3}}}  # fmt: skip
-    text = protocol.method_table(study_json(), front)
+    text = protocol.method_table({"study": study_json(), "frontier": front})
     assert "| `fire:patch` | `extrapolate` | `progressive` (1) |" in text
     assert "| `string:patch` | `interpolate` | `yarn` (2) |" in text
     assert "(1) `fire:patch`: a reason." in text
@@ -241,7 +245,7 @@ def test_a_scheme_no_study_has_swept_is_listed_as_not_chosen_on_validation():
     with its default; a scheme with one method has nothing to choose."""
     from vitpos.pos import POS_SCHEMES
 
-    text = protocol.method_table(study_json())  # rope2d and learned chosen
+    text = protocol.method_table({"study": study_json()})  # rope2d and learned chosen
     unchosen = text.split("not a measured choice")[1]
     listed = {line.split(" | ")[0].strip("| `") for line in unchosen.splitlines() if line.startswith("| `")}
     several = {pos for pos in POS_SCHEMES if len(protocol.methods_of(f"{pos}:patch")[1]) > 1}
@@ -250,15 +254,23 @@ def test_a_scheme_no_study_has_swept_is_listed_as_not_chosen_on_validation():
     assert "`learned`" not in unchosen and "`none`" not in unchosen  # one method each
 
 
-@pytest.mark.parametrize("study", ["study", "frontier", "claims"])
-def test_every_schemes_default_transfer_method_is_the_one_validation_chose(study):
-    """The studies' choices (docs/study.json, docs/frontier.json, docs/claims.json; made on validation) are what
-    vitpos serves a new grid with by default, but for a named exception, which holds only while validation still
+def test_the_larger_validation_sweep_chooses_a_scheme_two_records_sweep():
+    small = {"choices": {"string:patch": {"method": "yarn", "val_mean": {}, "cells": 15}}}
+    large = {"choices": {"string:patch": {"method": "interpolate", "val_mean": {}, "cells": 25}}}
+    assert protocol.chosen_methods({"frontier": small, "others": large})["string:patch"][1] == "others"
+    assert protocol.chosen_methods({"frontier": small, "others": small})["string:patch"][1] == "frontier"  # a tie
+
+
+def test_every_schemes_default_transfer_method_is_the_one_validation_chose():
+    """The studies' choices (docs/study.json and the other records the protocol page reads; made on validation) are
+    what vitpos serves a new grid with by default, but for a named exception, which holds only while validation still
     chooses what it names and its reason is true: a method that cannot be exported as one dynamic file."""
     from vitpos.export import NotDynamic, export_program
 
-    choices = json.loads((ROOT / "docs" / f"{study}.json").read_text())["choices"]
-    assert choices
+    docs = {n: ROOT / "docs" / f"{n}.json" for n in protocol.METHOD_RECORDS}
+    records = {n: json.loads(p.read_text()) for n, p in docs.items() if p.is_file()}
+    choices = {spec: c for spec, (c, _) in protocol.chosen_methods(records).items()}
+    assert {"study", "claims", "frontier"} <= set(records) and len(choices) >= 13
     for spec, c in choices.items():
         if spec in protocol.DEFAULT_EXCEPTIONS:
             assert protocol.DEFAULT_EXCEPTIONS[spec][0] == c["method"] != protocol.default_method(spec)
@@ -308,7 +320,7 @@ def test_entropy_table_is_the_fraction_of_uniform_per_column():
     assert summary.entropy_table(summary.Study(study_json())) == "Not measured yet."
 
 
-def test_reruns_table_sets_each_study_run_beside_the_other_records_and_names_both_machines_and_commits():
+def test_reruns_table_sets_each_run_of_two_records_side_by_side_and_names_both_machines_and_commits():
     data = study_json()
     data["budget"] |= {"rule_pos_lr_scale": 30.0, "rule_pos_weight_decay": 0.3, "rule_pos_decay_to": "start",
                        "rule_pos_lr_warmup_epochs": 5.0}  # fmt: skip
@@ -321,9 +333,14 @@ def test_reruns_table_sets_each_study_run_beside_the_other_records_and_names_bot
             {"spec": "learned:patch", "seed": 0, **rule, "test_top1": 0.1, "pos_kwargs": {"x": 1}},  # options
         ]
     }
-    text = summary.reruns(summary.Study(data), other)
-    (row,) = [ln for ln in text.splitlines() if ln.startswith("| `learned`")]
-    assert row == "| `learned` | 0 | 97.6 | 97.8 | +0.2 | 1 x CPU, aaa | 1 x AMD, bbb |"
+    again = {"budget": data["budget"], "runs": [data["runs"][0] | {"test_top1": 0.97, "commit": "ccc"}]}  # a study
+    text = summary.reruns([("study", data, "rules", other), ("study", data, "others", again)])
+    rows = [ln for ln in text.splitlines() if ln.startswith("| `learned`")]
+    assert rows == [
+        "| `learned` | 0 | 97.6 (study) | 97.8 (rules) | +0.2 | 1 x CPU, aaa | 1 x AMD, bbb |",
+        "| `learned` | 0 | 97.6 (study) | 97.0 (others) | -0.6 | 1 x CPU, aaa | 1 x CPU, ccc |",
+    ]
+    assert summary.reruns([("study", data, "others", None)]) == "No run is in two records."
 
 
 def test_same_kind_reruns_count_exact_agreement_and_leave_other_machines_to_the_other_table():
@@ -632,26 +649,37 @@ def test_claims_are_paired_against_the_studys_runs_at_the_published_factor_and_m
 
 
 def test_summary_adds_the_other_chosen_schemes_from_their_own_record_and_claims_keep_to_theirs(tmp_path):
-    """The other schemes validation chose to be given every seed are rows of the summary (their cells, choices and
-    guide lines from docs/claims.json); a scheme of that record not chosen is not, and the claims page's table holds
-    its claims' schemes only."""
+    """The other schemes validation chose to be given every seed are rows of the summary's second table (their cells,
+    choices and guide lines from their own record, docs/others.json, which names where it was made); a scheme of that
+    record not chosen is not, and the claims page's table holds its claims' schemes only."""
     from benchmarks.pages import claims
 
     data, main = claims_jsons()
     main |= {"command": "python -m benchmarks.study", "sizes": ["32", "64"]}
-    data["runs"] += [r | {"spec": "rope2d+peg:patch", "run": r["run"] + "-peg"} for r in data["runs"][:3]]
+    data["runs"] += [r | {"spec": "rope2d+peg:patch", "run": r["run"] + "-peg", "hardware": "1 x CPU", "threads": 1}
+                     for r in data["runs"][:3]]  # fmt: skip
     data["choices"]["rope2d+peg:patch"] = {"method": "interpolate"}
     data["records"] += [r | {"scheme": "rope2d+peg", "method": "interpolate",
                              "top1": r["top1"] + 0.3 * (r["resolution"] == 64)}
                         for r in data["records"] if r["scheme"] == "lookhere"]  # fmt: skip
-    page, block = summary.render(main, tmp_path, others=data, chosen=["rope2d+peg:patch", "relbias+peg:patch"])
-    rows = {ln.split(" |")[0][2:]: ln for ln in page.splitlines() if ln.startswith("| `")}
-    assert "`rope2d+peg`" in rows and "`lookhere`" not in rows and "`relbias+peg`" not in rows  # no runs
-    assert rows["`rope2d+peg`"].split(" | ")[2] == "`interpolate`"
-    assert "Below the six main schemes: `rope2d+peg`," in page and "docs/claims.json" in page
+    chosen = ["rope2d+peg:patch", "relbias+peg:patch"]
+    page, block = summary.render(main, tmp_path, others=data, chosen=chosen)
+    tables = [t for t in page.split("\n\n") if t.startswith("| scheme | 1x | method (val)")]
+    first, second = ({ln.split(" |")[0][2:]: ln for ln in t.splitlines() if ln.startswith("| `")} for t in tables)
+    assert set(first) == {"`rope2d`", "`relbias`"} and set(second) == {"`rope2d+peg`"}  # one record per table
+    assert "`lookhere`" not in second and "`relbias+peg`" not in second  # not chosen; chosen but no runs
+    assert second["`rope2d+peg`"].split(" | ")[2] == "`interpolate`"
+    assert (
+        "The second table: `rope2d+peg`," in page and "(docs/others.json; 1 x CPU (?), torch ?, commit abc, 1 " in page
+    )
+    assert "another commit" not in page  # the test's two records name one
+    later = data | {"runs": [r | {"commit": "later"} for r in data["runs"]]}
+    assert "at another commit than the first table" in summary.render(main, tmp_path, others=later, chosen=chosen)[0]
+    assert "Also chosen, with no row here yet: `relbias+peg`" in page
+    assert "- second table, training runs: 1 x CPU (?), torch ?, commit abc, 1 thread" in page
     zoom2 = next(line for line in page.splitlines() if "To serve 2x (zoom)" in line)
     assert zoom2.startswith("- **To serve 2x (zoom) unchanged**: `rope2d+peg` with `interpolate`")
-    assert "`rope2d+peg`" in block
+    assert "`rope2d+peg`" in block.split("\n\n")[1] and "`rope2d+peg`" not in block.split("\n\n")[0]
     assert "`rope2d+peg`" not in summary.render(main, tmp_path, others=data, chosen=[])[0]
     with pytest.raises(SystemExit, match="differ in budget"):
         summary.render(main, tmp_path, others=data | {"budget": {"img_size": 16}}, chosen=["rope2d+peg:patch"])

@@ -51,7 +51,14 @@ def summary_page(folder: Path, study: dict, figure_folder: Path | None = None) -
     others = (read(folder / f"{name}.json") for name in ("rules", "cost", "fashion_mnist_study", "rerun"))
     proto = read(folder / "protocol.json")
     chosen = proto["top_others"]["chosen"] if proto else []
-    return summary.render(study, figure_folder or folder, *others, others=read(folder / "claims.json"), chosen=chosen)
+    return summary.render(
+        study,
+        figure_folder or folder,
+        *others,
+        others=read(folder / "others.json"),
+        chosen=chosen,
+        claimed=read(folder / "claims.json"),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     proto = read(folder / "protocol.json")
     front = read(folder / "frontier.json")
     if proto is not None:
-        (folder / "protocol.md").write_text(protocol.render(proto, study, front, read(folder / "claims.json")))
+        studies = {name: read(folder / f"{name}.json") for name in protocol.METHOD_RECORDS}
+        (folder / "protocol.md").write_text(protocol.render(proto, studies))
         print(f"wrote {folder / 'protocol.md'}")
     if front is not None:
         (folder / "frontier.md").write_text(frontier.render(front, folder, study, read(folder / "cost.json")))

@@ -1,5 +1,5 @@
-"""docs/protocol.md: what each default was chosen on (validation), from docs/protocol.json, docs/study.json,
-docs/frontier.json and docs/claims.json."""
+"""docs/protocol.md: what each default was chosen on (validation), from docs/protocol.json and the studies' records
+(docs/study.json, docs/others.json, docs/claims.json, docs/frontier.json, docs/methods.json)."""
 
 from __future__ import annotations
 
@@ -49,17 +49,29 @@ def unchosen(choices: dict) -> str:
 DEFAULT_EXCEPTIONS: dict[str, tuple[str, str]] = {}
 
 
-def method_table(*studies: dict | None) -> str:
-    """Each scheme's validation-chosen method beside vitpos's default, from the studies' choices (the first study
-    that has a scheme gives its row), with the reason under the table where the two differ."""
-    choices: dict[str, dict] = {}
-    for data in studies:
+# The records (docs/<name>.json) whose validation sweeps choose transfer methods, in the order that breaks a tie
+METHOD_RECORDS = ("study", "others", "claims", "frontier", "methods")
+
+
+def chosen_methods(studies: dict[str, dict | None]) -> dict[str, tuple[dict, str]]:
+    """Per POS:STEM, the choice (method, per-method validation means, cells) that the most validation cells made, and
+    the record that made it: a scheme two records sweep is served by the larger sweep, the first record on a tie."""
+    out: dict[str, tuple[dict, str]] = {}
+    for name, data in studies.items():
         for spec, c in (data or {}).get("choices", {}).items():
-            choices.setdefault(spec, c)
+            if spec not in out or c["cells"] > out[spec][0]["cells"]:
+                out[spec] = (c, name)
+    return out
+
+
+def method_table(studies: dict[str, dict | None]) -> str:
+    """Each scheme's validation-chosen method (:func:`chosen_methods`) beside vitpos's default and the record that
+    chose it, with the reason under the table where the two differ."""
+    choices = chosen_methods(studies)
     if not choices:
         return "Not chosen yet: the study has swept no checkpoint on validation."
     rows, notes = [], []
-    for spec, c in sorted(choices.items()):
+    for spec, (c, name) in sorted(choices.items()):
         default = default_method(spec)
         mark = ""
         if default != c["method"]:
@@ -67,15 +79,21 @@ def method_table(*studies: dict | None) -> str:
             why = DEFAULT_EXCEPTIONS.get(spec, (None, "no reason recorded"))[1]
             notes.append(f"({len(notes) + 1}) `{spec}`: {why}.")
         per_method = ", ".join(f"{m} {pct(v)}" for m, v in sorted(c["val_mean"].items()))
-        rows.append([f"`{spec}`", f"`{c['method']}`", f"`{default}`{mark}", per_method, str(c["cells"])])
-    heads = ["scheme", "chosen", "vitpos's default", "mean validation top-1 (%) per method", "cells"]
+        rows.append([f"`{spec}`", f"`{c['method']}`", f"`{default}`{mark}", per_method, str(c["cells"]),
+                     f"docs/{name}.json"])  # fmt: skip
+    heads = ["scheme", "chosen", "vitpos's default", "mean validation top-1 (%) per method", "cells", "chosen in"]
     return "\n\n".join([table(heads, rows), *notes, *filter(None, [unchosen(choices)])])
 
 
 def studied_seeds(specs: list[str], *records: dict | None) -> str:
-    """How many seeds of each scheme the study records hold (the runs a page can read), e.g. "`liere:patch` none"."""
-    seeds = {s: {r["seed"] for rec in records if rec for r in rec.get("runs", []) if r["spec"] == s} for s in specs}
-    return ", ".join(f"`{s}` {len(v) or 'none'}" for s, v in seeds.items())
+    """How many seeds of each scheme the study records hold (the runs a page can read) and their mean best validation
+    top-1, e.g. "`liere:patch` none": what seed 0 alone chose, seen over every seed."""
+    out = []
+    for s in specs:
+        val = {r["seed"]: r["best_val_top1"] for rec in records if rec for r in rec.get("runs", []) if r["spec"] == s}
+        mean = f" (mean validation top-1 {pct(sum(val.values()) / len(val))} %)" if val else ""
+        out.append(f"`{s}` {len(val) or 'none'}{mean}")
+    return ", ".join(out)
 
 
 def comparison(t: dict) -> list[str]:
@@ -125,9 +143,9 @@ def start_text(start: dict) -> str:
     return out
 
 
-def render(protocol: dict, study: dict | None, *others: dict | None) -> str:
-    """docs/protocol.md; each scheme's method from ``study`` (docs/study.json) or else the first of ``others``
-    (docs/frontier.json, docs/claims.json) that chose one."""
+def render(protocol: dict, studies: dict[str, dict | None]) -> str:
+    """docs/protocol.md; each scheme's method from the studies' records by name (``study``: docs/study.json, and the
+    others of :data:`METHOD_RECORDS`), as :func:`chosen_methods` picks it."""
     chosen = protocol["rule"]["chosen"]
     rows = [comparison(t) for t in protocol["rule"]["comparisons"] if t["rule"] == chosen]
     start = protocol["start"]
@@ -146,7 +164,7 @@ def render(protocol: dict, study: dict | None, *others: dict | None) -> str:
         start_detail=start_text(start),
         top=", ".join(f"`{s}`" for s in top["chosen"]),
         top_detail=", ".join(f"`{s}` {pct(v)}" for s, v in list(top["seed0_val"].items())[:6]),
-        top_seeds=studied_seeds(top["chosen"], study, *others),
-        methods=method_table(study, *others),
+        top_seeds=studied_seeds(top["chosen"], *studies.values()),
+        methods=method_table(studies),
         command=protocol["command"],
     )

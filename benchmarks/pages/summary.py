@@ -265,30 +265,37 @@ def ceiling_noise(study: Study) -> str:
     return f"{100 * 1.96 * (BAG_CEILING * (1 - BAG_CEILING) / n) ** 0.5:.1f}" if n else "?"
 
 
-def reruns(study: Study, other: dict | None) -> str:
-    """Each study run that another record of the same command (docs/rules.json) also holds, same scheme, seed and
-    rule: both test top-1 (the best-validation checkpoint, as each run reports it) and the machine and commit each
-    trained on."""
-    if not other:
-        return "No other record to compare with."
-    key = ("spec", "seed", "pos_lr_scale", "pos_weight_decay", "pos_decay_to", "pos_lr_warmup_epochs")
-    theirs = {tuple(r.get(k) for k in key): r for r in other.get("runs", []) if not r.get("pos_kwargs")}
-    rule = tuple(study.data["budget"].get(f"rule_{k}") for k in key[2:])  # the study's runs all train under it
+RULE_KEYS = ("pos_lr_scale", "pos_weight_decay", "pos_decay_to", "pos_lr_warmup_epochs")
+
+
+def by_run(record: dict) -> dict[tuple, dict]:
+    """A record's runs by (POS:STEM, seed, position rule): a rule study names each run's rule, a study its budget's
+    one. Runs with scheme options are left out: no study runs them."""
+    budget = record.get("budget", {})
+    return {(r["spec"], r["seed"], *(r.get(k, budget.get(f"rule_{k}")) for k in RULE_KEYS)): r
+            for r in record.get("runs", []) if not r.get("pos_kwargs") and "test_top1" in r}  # fmt: skip
+
+
+def reruns(pairs: list[tuple[str, dict | None, str, dict | None]]) -> str:
+    """Each run two records both hold (same scheme, seed and rule), for each (name, record, other name, other record)
+    of ``pairs``: both test top-1 (the best-validation checkpoint, as each run reports it) and the machine and commit
+    each trained on."""
 
     def where(r: dict) -> str:
         return f"{r.get('hardware', 'not recorded')}, {r.get('commit', 'no commit recorded')}"
 
     rows = []
-    for r in sorted(study.data.get("runs", []), key=lambda r: (r["spec"], r["seed"])):
-        o = theirs.get((r["spec"], r["seed"], *rule))
-        if o is None or "test_top1" not in r:
-            continue
-        rows.append([label(r["spec"]), str(r["seed"]), pct(r["test_top1"]), pct(o["test_top1"]),
-                     signed(o["test_top1"] - r["test_top1"]), where(r), where(o)])  # fmt: skip
+    for name, first, other_name, second in pairs:
+        theirs = by_run(second or {})
+        for key, r in sorted(by_run(first or {}).items(), key=lambda kv: kv[0][:2]):
+            if (o := theirs.get(key)) is not None:
+                rows.append([label(r["spec"]), str(r["seed"]), f"{pct(r['test_top1'])} ({name})",
+                             f"{pct(o['test_top1'])} ({other_name})", signed(o["test_top1"] - r["test_top1"]),
+                             where(r), where(o)])  # fmt: skip
     if not rows:
-        return "No run of the study is in the other record."
-    return table(["scheme", "seed", "study test top-1", "other record", "difference (points)", "study: machine, commit",
-                  "other: machine, commit"], rows)  # fmt: skip
+        return "No run is in two records."
+    return table(["scheme", "seed", "test top-1 (record)", "again (record)", "difference (points)",
+                  "first: machine, commit", "again: machine, commit"], rows)  # fmt: skip
 
 
 def same_kind_reruns(reran: dict | None) -> str:
@@ -378,16 +385,19 @@ def plot(study: Study, png: Path) -> None:
     plt.close(fig)
 
 
-def study_machines(data: dict) -> str:
-    """Where a study's runs trained, its cells were swept and its entropy measured: one line per distinct
-    machine, device, commit and torch."""
+def study_machines(data: dict, others: dict | None = None) -> str:
+    """Where a study's runs trained, its cells were swept and its entropy measured (and ``others``', the second
+    table's record, where given): one line per distinct machine, device, commit, torch and thread count."""
     parts = (
         ("training runs", "runs"),
         ("sweeps", "records"),
         ("attention entropy", "entropy"),
         ("fine-tuning runs", "finetuned"),
     )
-    return "\n".join(f"- {what}: {m}" for what, key in parts for m in machines(data.get(key, []))) or "- none"
+    lines = [f"- {what}: {m}" for what, key in parts for m in machines(data.get(key, []))]
+    if others:
+        lines += [f"- second table, {what}: {m}" for what, key in parts[:3] for m in machines(others.get(key, []))]
+    return "\n".join(lines) or "- none"
 
 
 def rebuilt_start(spec: str) -> str | None:
@@ -475,17 +485,34 @@ def page_missing(missing: list[str]) -> str:
     return ("Columns not swept yet: " + ", ".join(missing) + ".") if missing else "Every column is swept."
 
 
-def chosen_others(others: dict, held: list[str], rowless: list[str] = ()) -> str:
-    """The sentence naming the rows beyond the six main schemes: ``held``, the schemes validation chose to be given
-    every seed that ``others`` (docs/claims.json) holds runs of, and the command that swept them; then ``rowless``,
-    the chosen schemes it holds no runs of, which have no row yet."""
+def commits(*records: list[dict]) -> set[str]:
+    return {r.get("commit", "?") for recs in records for r in recs}
+
+
+def chosen_others(others: dict, held: list[str], rowless: list[str] = (), data: dict | None = None) -> str:
+    """The sentence naming the second table's rows: ``held``, the schemes besides the six main ones that validation
+    chose to be given every seed and that ``others`` (docs/others.json) holds runs of, the command that trained and
+    swept them and where (and whether at another commit than ``data``'s, the first table's); then ``rowless``, the
+    chosen schemes it holds no runs of, which have no row yet."""
     out = ""
     if held:
-        out = (f"Below the six main schemes: {', '.join(label(s) for s in held)}, schemes besides them that "
-               "validation chose to be given every seed ([protocol.md](protocol.md)). They trained as the six did and "
-               f"were swept by `{others['command']}` (docs/claims.json): every method on validation, the chosen one "
-               "only on test (so their panels show no other method), without the canvas controls; they are neither "
-               "fine-tuned nor trained on Fashion-MNIST (—).")  # fmt: skip
+        runs = [r for r in others.get("runs", []) if r["spec"] in held]
+        cells = [r for r in others.get("records", []) if f"{r['scheme']}:{r['stem']}" in held]
+        where = "; ".join(machines(runs, cells))
+        theirs, ours = commits(runs, cells), commits((data or {}).get("runs", []), (data or {}).get("records", []))
+        apart = ""
+        if data is not None and theirs != ours:
+            apart = (
+                " They were made at another commit than the first table: [the reruns](#reruns-of-recorded-runs) "
+                "say whether the two commits train a run alike."
+            )
+        out = (
+            f"The second table: {', '.join(label(s) for s in held)}, the schemes besides the six main ones that "
+            "validation chose to be given every seed ([protocol.md](protocol.md)). They trained with the six's "
+            f"budget and rule, and were trained and swept by `{others['command']}` (docs/others.json; {where}): "
+            "every method on validation, the chosen one only on test (so their panels show no other method), "
+            f"without the canvas controls; they are neither fine-tuned nor trained on Fashion-MNIST (—).{apart}"
+        )
     if rowless:
         out += (f"{' ' if out else ''}Also chosen, with no row here yet: {', '.join(label(s) for s in rowless)} "
                 "(not swept with these; [protocol.md](protocol.md) counts the seeds each has so far).")  # fmt: skip
@@ -494,46 +521,50 @@ def chosen_others(others: dict, held: list[str], rowless: list[str] = ()) -> str
 
 def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | None = None,
            fmnist: dict | None = None, reran: dict | None = None, others: dict | None = None,
-           chosen: list[str] = ()) -> tuple[str, str]:  # fmt: skip
+           chosen: list[str] = (), claimed: dict | None = None) -> tuple[str, str]:  # fmt: skip
     """(docs/summary.md, the README's table block) from docs/study.json (``earlier``, docs/rules.json, for the
     reruns' table; ``cost``, docs/cost.json, for the cost column; ``fmnist``, docs/fashion_mnist_study.json, for the
     Fashion-MNIST column; ``reran``, docs/rerun.json, for the reruns on the same kind of machine; ``others``,
-    docs/claims.json, for the rows of ``chosen``, the other schemes validation chose to be given every seed); the
-    figure is written beside the page."""
+    docs/others.json, for the second table's rows of ``chosen``, the other schemes validation chose to be given every
+    seed; ``claimed``, docs/claims.json, whose runs ``others`` may train again); the figure is written beside the
+    page. Each table holds one record's runs: one machine kind, one commit."""
     held = [s for s in chosen if any(r["spec"] == s for r in (others or {}).get("runs", []))]
     rowless = [s for s in chosen if s not in held]
     study = Study(merged(data, others, set(held)) if held else data, cost, fmnist)
+    main = [s for s in study.specs if s not in held]
     plot(study, folder / "summary.png")
     missing = [head(*c) for c in COLUMNS if not any(study.values(s, c) for s in study.specs)]
+    tables = study.table(COLUMNS, main) + (f"\n\n{study.table(COLUMNS, held)}" if held else "")
     page = fill(
         "summary.md",
         command=data["command"],
         coverage=coverage(study),
-        others=chosen_others(others, held, rowless),
+        others=chosen_others(others, held, rowless, data),
         missing=page_missing(missing),
         cost=cost_line(cost),
-        table=study.table(COLUMNS),
+        table=tables,
         guide="\n".join(guide(study)) or "- Nothing is measured on test yet.",
         controls=controls(study),
         entropy=entropy_table(study),
         shuffle=shuffle_table(study),
         noise=ceiling_noise(study),
-        reruns=reruns(study, earlier),
+        reruns=reruns([("study", data, "rules", earlier), ("claims", claimed, "others", others)]),
         same_kind=same_kind_reruns(reran),
-        machines=study_machines(data),
+        machines=study_machines(data, others if held else None),
     )
     note = (f"Mean test top-1 (%) ± the 95 % interval's half-width over seeds (¹: one seed; —: not measured). "
             f"{coverage(study)} {page_missing(missing)} [docs/summary.md](docs/summary.md) has every column and the "
             "decision guide.")  # fmt: skip
+    block = study.table(README_COLUMNS, main)
     if held:
         note += (
-            f" Below the six main schemes: {', '.join(map(label, held))}, the others "
-            "validation chose to be given every seed; their test sweep is the chosen method's only."
+            f" The second table: {', '.join(map(label, held))}, the others validation chose to be given every seed, "
+            "trained and swept at another commit (docs/others.json); their test sweep is the chosen method's only."
         )
+        block += f"\n\n{study.table(README_COLUMNS, held)}"
     if rowless:
         note += f" Also chosen, with no row yet: {', '.join(map(label, rowless))}."
-    block = f"{study.table(README_COLUMNS)}\n\n{note}"
-    return page, block
+    return page, f"{block}\n\n{note}"
 
 
 __all__ = ["COLUMNS", "Study", "costs", "guide", "plot", "render", "mean_ci", "pct"]
