@@ -256,11 +256,11 @@ def test_carry_reproduces_the_transfer_method(pos, tiny):
             assert rel_err(dst(x), src(x)) <= EQUIV_RTOL, (m, rel_err(dst(x), src(x)))
             checked.append(m)
     # the default method carries, except one that rescales a new grid's frequencies or positions (`interpolate` of
-    # rope2d, sincos2d and what contains them; `yarn`, string's): a model trained at the new grid has nothing carried
-    # and computes `extrapolate`; and rope2d-norm's `extrapolate`, the trained spacing, which a scheme rebuilt at the
-    # new grid cannot keep: it normalises by that grid, its `normalized`
+    # rope2d, sincos2d and what contains them; `yarn`, string's; `scaled`, pape's and alibi2d+peg's): a model trained
+    # at the new grid has nothing carried and computes `extrapolate`; and rope2d-norm's `extrapolate`, the trained
+    # spacing, which a scheme rebuilt at the new grid cannot keep: it normalises by that grid, its `normalized`
     default = src.pos.methods[0]
-    rescales = {"interpolate", "yarn", "ntk"} & set(default.split("+"))
+    rescales = {"interpolate", "yarn", "ntk", "scaled"} & set(default.split("+"))
     spacing = pos == "rope2d-norm" and default == "extrapolate"
     assert default in checked or (rescales and "extrapolate" in checked[0]) or (spacing and checked == ["normalized"])
 

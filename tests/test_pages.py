@@ -213,10 +213,8 @@ def test_protocol_page_states_the_rule_and_the_methods_chosen_on_validation():
     proto = json.loads((ROOT / "docs" / "protocol.json").read_text())
     page = protocol.render(proto, {"study": study_json()})
     assert "## The position rule: lr x30, decay 0.3 towards start, ramped in over 5 epochs" in page
-    row = (
-        "| `rope2d:patch` | `interpolate` | `interpolate` | extrapolate 30.0, interpolate 60.0 | 6 | docs/study.json |"
-    )
-    assert row in page
+    row = "| `rope2d:patch` | `interpolate` | `interpolate` | extrapolate 30.0, interpolate 60.0 | +30.0 | 6 | 1 | "
+    assert f"{row}docs/study.json |" in page
     family = [t for t in proto["rule"]["comparisons"] if t["rule"] == proto["rule"]["chosen"]]
     assert sum(line.startswith("| lr x") for line in page.splitlines()) == len(family)  # one row per comparison
     assert all("holm" in t for t in family) and " (chosen) |" in page  # intervals; every voting run, per rule
@@ -238,6 +236,19 @@ def test_a_default_that_differs_from_validations_choice_is_numbered_with_its_rea
     assert "(1) `fire:patch`: a reason." in text
     assert "(2) `string:patch`: no reason recorded." in text
     assert "| `rope2d:patch` | `interpolate` | `interpolate` |" in text
+
+
+def test_a_choice_won_by_less_than_a_point_is_named_as_not_settled_with_its_seeds():
+    val = [{"scheme": "string", "stem": "patch", "split": "val", "seed": k} for k in (0, 1)]
+    string = {"method": "yarn", "val_mean": {"yarn": 0.604, "interpolate": 0.6, "ntk": 0.5}, "cells": 10}
+    fire = {"method": "progressive", "val_mean": {"progressive": 0.7, "extrapolate": 0.6}, "cells": 5}
+    front = {"records": val, "choices": {"string:patch": string, "fire:patch": fire}}
+    text = protocol.method_table({"frontier": front})
+    assert "| `string:patch` | `yarn` | `yarn` | interpolate 60.0, ntk 50.0, yarn 60.4 | +0.4 | 10 | 2 |" in text
+    fire_row = "| `fire:patch` | `progressive` | `progressive` | extrapolate 60.0, progressive 70.0 | +10.0 | 5 | 0 |"
+    assert fire_row in text
+    note = text.split("Chosen by less than 1 point over the next method: ")[1].split(". ")[0]
+    assert note == "`string:patch` +0.4 (2 seeds)"  # fire's margin is ten points
 
 
 def test_a_scheme_no_study_has_swept_is_listed_as_not_chosen_on_validation():
@@ -672,10 +683,25 @@ def test_summary_adds_the_other_chosen_schemes_from_their_own_record_and_claims_
     assert (
         "The second table: `rope2d+peg`," in page and "(docs/others.json; 1 x CPU (?), torch ?, commit abc, 1 " in page
     )
-    assert "another commit" not in page  # the test's two records name one
+    assert "another commit" not in page and "another commit" not in block  # the test's two records name one
     later = data | {"runs": [r | {"commit": "later"} for r in data["runs"]]}
-    assert "at another commit than the first table" in summary.render(main, tmp_path, others=later, chosen=chosen)[0]
+    page_later, block_later = summary.render(main, tmp_path, others=later, chosen=chosen)
+    assert "at another commit than the first table" in page_later and "at another commit" in block_later
+    # a run of the record that is no row of the second table (lookhere) names no machine of it
+    apart = data | {"runs": [r | {"hardware": "8 x GPU"} if r["spec"].startswith("lookhere") else r
+                             for r in data["runs"]]}  # fmt: skip
+    assert "8 x GPU" not in summary.render(main, tmp_path, others=apart, chosen=chosen)[0]
+    assert any(r["spec"].startswith("lookhere") for r in data["runs"])
     assert "Also chosen, with no row here yet: `relbias+peg`" in page
+    assert "neither fine-tuned nor trained on Fashion-MNIST" in page
+    run = data["runs"][-1]  # a rope2d+peg run, fine-tuned at 64 px
+    tuned = data | {"finetuned": [{"spec": run["spec"], "seed": run["seed"], "run": run["run"], "size": 64,
+                                   "top1": 0.9, "hardware": "2 x CPU", "commit": "abc"}]}  # fmt: skip
+    page_tuned = summary.render(main, tmp_path, others=tuned, chosen=chosen)[0]
+    assert "fine-tuned as the six are (`--finetune`), they are not trained on Fashion-MNIST" in page_tuned
+    assert "- second table, fine-tuning runs: 2 x CPU" in page_tuned
+    row = next(ln for ln in page_tuned.splitlines() if ln.startswith("| `rope2d+peg`"))
+    assert "| 90.0¹ |" in row  # its fine-tuned cell, from its own record
     assert "- second table, training runs: 1 x CPU (?), torch ?, commit abc, 1 thread" in page
     zoom2 = next(line for line in page.splitlines() if "To serve 2x (zoom)" in line)
     assert zoom2.startswith("- **To serve 2x (zoom) unchanged**: `rope2d+peg` with `interpolate`")

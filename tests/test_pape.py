@@ -63,6 +63,7 @@ def test_pape_bias_is_the_formula(method):
 
 def test_pape_bias_depends_only_on_the_offset():
     m = pape()
+    m.pos.method = "extrapolate"  # integer offsets on every grid
     with torch.no_grad():
         small, big = m.pos.attn_pos((8, 8))[1].bias, m.pos.attn_pos((20, 30))[1].bias
     for dy, dx in [(-2, -3), (1, 2), (0, 5), (-4, 0)]:
@@ -102,6 +103,7 @@ def test_pape_parabolas_open_downwards():
 
 def test_pape_serves_16x_the_training_grid_with_a_fixed_parameter_count():
     small = pape(img_size=8, depth=1, parabolas=50)  # a 2x2 training grid
+    small.pos.method = "extrapolate"  # integer offsets: the parabolas at offsets never trained on
     count = sum(p.numel() for p in small.pos.parameters())
     assert count == sum(p.numel() for p in pape(img_size=128, depth=1, parabolas=50).pos.parameters())
     with torch.no_grad():
@@ -114,6 +116,7 @@ def test_pape_serves_16x_the_training_grid_with_a_fixed_parameter_count():
 
 def test_pape_serves_a_non_square_unseen_grid_with_the_trained_offsets():
     m = pape()  # trained on 8x8
+    m.pos.method = "extrapolate"  # integer offsets: a trained offset keeps its value
     with torch.no_grad():
         trained = m.pos.attn_pos((8, 8))[0].bias
         served = {grid: m.pos.attn_pos(grid)[0].bias for grid in [(5, 11), (11, 5)]}  # one model, both shapes
@@ -128,6 +131,18 @@ def test_pape_serves_a_non_square_unseen_grid_with_the_trained_offsets():
                     torch.testing.assert_close(bias[:, q, k], bias_at(trained, 8, y0, x0, dy, dx), **SAME_OFFSET)
                     checked += 1
         assert checked > h * w * 5
+
+
+def test_pape_serves_a_larger_grid_by_default_with_the_offsets_scaled_onto_the_trained_span():
+    """The default (``scaled``, chosen on validation): on a grid k times the training one, the offset (k dy, k dx)
+    gets the bias the training grid gives (dy, dx), so the whole image spans the offsets seen in training."""
+    m = pape()  # trained on 8x8
+    assert m.pos.method == "scaled"
+    with torch.no_grad():
+        trained, big = m.pos.attn_pos((8, 8))[0].bias, m.pos.attn_pos((16, 24))[0].bias  # 2x rows, 3x columns
+    for dy, dx in [(1, 2), (-2, 1), (3, -2)]:
+        torch.testing.assert_close(bias_at(big, 24, 6, 9, 2 * dy, 3 * dx), bias_at(trained, 8, 3, 3, dy, dx),
+                                   **SAME_OFFSET)  # fmt: skip
 
 
 def test_pape_bias_is_fp32_under_autocast():

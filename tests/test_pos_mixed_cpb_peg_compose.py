@@ -438,6 +438,7 @@ def test_rope2d_plus_learned_has_both_parts(tiny, grid):
     m = tiny("rope2d+learned")
     assert isinstance(m.pos, ComposedPos)
     alone = Rope2dPos(dim=32, num_heads=4, depth=2, grid=TRAIN)
+    alone.method = m.pos.parts["rope2d"].method  # the composition's default method for its rotary part
     learned = m.pos.parts["learned"]
     n = grid[0] * grid[1]
     x = torch.randn(2, n, 32)
@@ -456,8 +457,8 @@ def test_rope2d_plus_learned_has_both_parts(tiny, grid):
 def test_composition_method_names_round_trip(tiny):
     m = tiny("rope2d+learned")
     cls_methods = POS_REGISTRY["rope2d+learned"].methods
-    assert m.pos.methods == cls_methods == tuple(f"{r}+bicubic" for r in Rope2dPos.methods)
-    assert m.pos.method == "interpolate+bicubic"  # each part's default
+    assert m.pos.methods == cls_methods and set(cls_methods) == {f"{r}+bicubic" for r in Rope2dPos.methods}
+    assert m.pos.method == cls_methods[0] == "yarn+bicubic"  # the composition's own default, chosen on validation
     for name in m.pos.methods:
         m.pos.method = name
         assert m.pos.method == name
@@ -497,6 +498,20 @@ def test_composition_merges_biases_and_rejects_two_ropes():
     for bad in ("rope2d+rope2d", "rope2d", "rope2d+bogus"):
         with pytest.raises(ValueError):
             ComposedPos.of(bad, registry)
+
+
+def test_a_composition_may_name_its_own_default_method_and_keeps_every_other():
+    registry = {k: v for k, v in POS_REGISTRY.items() if "+" not in k}
+    kw = dict(dim=32, num_heads=4, depth=2, grid=TRAIN)
+    joined = ComposedPos.of("rope2d+learned", registry)
+    assert joined.methods[0] == "interpolate+bicubic"  # the parts' defaults
+    own = ComposedPos.of("rope2d+learned", registry, default="yarn+bicubic")
+    assert own.methods[0] == "yarn+bicubic" and sorted(own.methods) == sorted(joined.methods)
+    built = own(**kw)
+    assert built.method == "yarn+bicubic" and built.parts["rope2d"].method == "yarn"
+    assert built.parts["learned"].method == "bicubic"
+    with pytest.raises(ValueError, match="default method 'yarn' is none of"):
+        ComposedPos.of("rope2d+learned", registry, default="yarn")
 
 
 def test_composition_routes_part_kwargs(tiny):

@@ -385,9 +385,10 @@ def plot(study: Study, png: Path) -> None:
     plt.close(fig)
 
 
-def study_machines(data: dict, others: dict | None = None) -> str:
-    """Where a study's runs trained, its cells were swept and its entropy measured (and ``others``', the second
-    table's record, where given): one line per distinct machine, device, commit, torch and thread count."""
+def study_machines(data: dict, others: dict | None = None, held: list[str] = ()) -> str:
+    """Where a study's runs trained, its cells were swept and its entropy measured (and, where given, those of
+    ``others``, the second table's record, that belong to its rows ``held``): one line per distinct machine, device,
+    commit, torch and thread count."""
     parts = (
         ("training runs", "runs"),
         ("sweeps", "records"),
@@ -396,8 +397,15 @@ def study_machines(data: dict, others: dict | None = None) -> str:
     )
     lines = [f"- {what}: {m}" for what, key in parts for m in machines(data.get(key, []))]
     if others:
-        lines += [f"- second table, {what}: {m}" for what, key in parts[:3] for m in machines(others.get(key, []))]
+        lines += [f"- second table, {what}: {m}" for what, key in parts
+                  for m in machines(held_only(others.get(key, []), held))]  # fmt: skip
     return "\n".join(lines) or "- none"
+
+
+def held_only(entries: list[dict], held: list[str]) -> list[dict]:
+    """The run, cell or entropy entries of a record that belong to the schemes ``held`` (a run names its ``spec``,
+    a cell or an entropy entry its ``scheme`` and ``stem``)."""
+    return [e for e in entries if e.get("spec", f"{e.get('scheme')}:{e.get('stem')}") in held]
 
 
 def rebuilt_start(spec: str) -> str | None:
@@ -489,6 +497,13 @@ def commits(*records: list[dict]) -> set[str]:
     return {r.get("commit", "?") for recs in records for r in recs}
 
 
+def made_apart(others: dict, held: list[str], data: dict) -> bool:
+    """Whether the second table's rows (``held``, from ``others``) were trained or swept at a commit the first
+    table's record ``data`` does not share exactly."""
+    theirs = commits(held_only(others.get("runs", []), held), held_only(others.get("records", []), held))
+    return theirs != commits(data.get("runs", []), data.get("records", []))
+
+
 def chosen_others(others: dict, held: list[str], rowless: list[str] = (), data: dict | None = None) -> str:
     """The sentence naming the second table's rows: ``held``, the schemes besides the six main ones that validation
     chose to be given every seed and that ``others`` (docs/others.json) holds runs of, the command that trained and
@@ -496,12 +511,13 @@ def chosen_others(others: dict, held: list[str], rowless: list[str] = (), data: 
     chosen schemes it holds no runs of, which have no row yet."""
     out = ""
     if held:
-        runs = [r for r in others.get("runs", []) if r["spec"] in held]
-        cells = [r for r in others.get("records", []) if f"{r['scheme']}:{r['stem']}" in held]
+        runs, cells = held_only(others.get("runs", []), held), held_only(others.get("records", []), held)
         where = "; ".join(machines(runs, cells))
-        theirs, ours = commits(runs, cells), commits((data or {}).get("runs", []), (data or {}).get("records", []))
+        tuned = ("fine-tuned as the six are (`--finetune`), they are not trained on Fashion-MNIST (—)"
+                 if held_only(others.get("finetuned", []), held) else
+                 "they are neither fine-tuned nor trained on Fashion-MNIST (—)")  # fmt: skip
         apart = ""
-        if data is not None and theirs != ours:
+        if data is not None and made_apart(others, held, data):
             apart = (
                 " They were made at another commit than the first table: [the reruns](#reruns-of-recorded-runs) "
                 "say whether the two commits train a run alike."
@@ -511,7 +527,7 @@ def chosen_others(others: dict, held: list[str], rowless: list[str] = (), data: 
             "validation chose to be given every seed ([protocol.md](protocol.md)). They trained with the six's "
             f"budget and rule, and were trained and swept by `{others['command']}` (docs/others.json; {where}): "
             "every method on validation, the chosen one only on test (so their panels show no other method), "
-            f"without the canvas controls; they are neither fine-tuned nor trained on Fashion-MNIST (—).{apart}"
+            f"without the canvas controls; {tuned}.{apart}"
         )
     if rowless:
         out += (f"{' ' if out else ''}Also chosen, with no row here yet: {', '.join(label(s) for s in rowless)} "
@@ -550,7 +566,7 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
         noise=ceiling_noise(study),
         reruns=reruns([("study", data, "rules", earlier), ("claims", claimed, "others", others)]),
         same_kind=same_kind_reruns(reran),
-        machines=study_machines(data, others if held else None),
+        machines=study_machines(data, others if held else None, held),
     )
     note = (f"Mean test top-1 (%) ± the 95 % interval's half-width over seeds (¹: one seed; —: not measured). "
             f"{coverage(study)} {page_missing(missing)} [docs/summary.md](docs/summary.md) has every column and the "
@@ -559,7 +575,8 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
     if held:
         note += (
             f" The second table: {', '.join(map(label, held))}, the others validation chose to be given every seed, "
-            "trained and swept at another commit (docs/others.json); their test sweep is the chosen method's only."
+            f"trained and swept {'at another commit ' if made_apart(others, held, data) else ''}(docs/others.json); "
+            "their test sweep is the chosen method's only."
         )
         block += f"\n\n{study.table(README_COLUMNS, held)}"
     if rowless:

@@ -40,12 +40,18 @@ _SINGLE: dict[str, type[PosScheme]] = {
     "string": StringPos,
     "pape": PaPEPos,
 }
+# each composition -> its default transfer method where validation chose another than the one joining its parts'
+# defaults (docs/protocol.md; None: the parts' defaults)
+_COMPOSED: dict[str, str | None] = {
+    "rope2d+learned": "yarn+bicubic",
+    "rope2d+peg": None,
+    "relbias+peg": None,
+    "rope2d-mixed+learned": None,
+    "alibi2d+peg": "scaled+conv",
+}
 POS_REGISTRY: dict[str, type[PosScheme]] = {
     **_SINGLE,
-    **{
-        name: ComposedPos.of(name, _SINGLE)
-        for name in ("rope2d+learned", "rope2d+peg", "relbias+peg", "rope2d-mixed+learned", "alibi2d+peg")
-    },
+    **{name: ComposedPos.of(name, _SINGLE, default) for name, default in _COMPOSED.items()},
 }
 POS_SCHEMES: tuple[str, ...] = tuple(POS_REGISTRY)
 

@@ -13,7 +13,9 @@ per pair.
 
 Transfer methods are the product of the parts' methods, named by joining one method per part
 with "+" in the same order (``extrapolate+bicubic`` for ``rope2d+learned``); the first one, the
-default, joins the parts' defaults. Setting ``method`` splits the name and sets each part.
+default, joins the parts' defaults unless the composition names its own (validation can prefer
+another pair for the pair than each part chose alone). Setting ``method`` splits the name and
+sets each part.
 
 Keyword arguments for one part go in a dict under its name, e.g.
 ``pos_kwargs={"rope2d": {"theta": 10.0}, "learned": {"init_std": 0.02}}``.
@@ -67,8 +69,9 @@ class ComposedPos(PosScheme):
     part_classes: ClassVar[dict[str, type[PosScheme]]] = {}
 
     @classmethod
-    def of(cls, name: str, registry: Mapping[str, type[PosScheme]]) -> type[ComposedPos]:
-        """The composition class of the "+"-joined scheme ``name``, its parts looked up in ``registry`` once."""
+    def of(cls, name: str, registry: Mapping[str, type[PosScheme]], default: str | None = None) -> type[ComposedPos]:
+        """The composition class of the "+"-joined scheme ``name``, its parts looked up in ``registry`` once;
+        ``default``: the method it serves a new grid with, where not the one that joins its parts' defaults."""
         names = name.split("+")
         if len(names) < 2 or len(set(names)) != len(names):
             raise ValueError(f"a composition needs two or more distinct parts, got '{name}'")
@@ -77,6 +80,10 @@ class ComposedPos(PosScheme):
             raise ValueError(f"composition '{name}': unknown part(s) {missing}; valid: {', '.join(registry)}")
         parts = {n: registry[n] for n in names}
         methods = product_methods([c.methods for c in parts.values()])
+        if default is not None:
+            if default not in methods:
+                raise ValueError(f"composition '{name}': default method '{default}' is none of {', '.join(methods)}")
+            methods = (default, *(m for m in methods if m != default))
         return type(f"ComposedPos[{name}]", (cls,), {"part_classes": parts, "methods": methods})
 
     def __init__(self, **kw):
@@ -101,6 +108,7 @@ class ComposedPos(PosScheme):
             name: cls(**common, **({} if cls.frame is None else {"pos_aug": aug}), **kw.get(name, {}))
             for name, cls in parts.items()
         })  # fmt: skip
+        self.method = self.methods[0]  # the composition's default, which need not join its parts' defaults
 
     # -- the method is the parts' methods, joined -----------------------------------------
     @property

@@ -25,10 +25,10 @@ positions, as the reference's default (its position normalisation off).
 
 Methods for a grid other than the training one:
 
-* ``extrapolate`` (the default, as the reference's integer positions): the same parabolas at the new grid's offsets;
-  longer offsets reach further down each parabola;
-* ``scaled``: offsets x training grid / new grid per axis, so the whole image spans the offsets seen in training
-  (what the reference's position normalisation does at a new grid).
+* ``scaled`` (the default, chosen on validation: docs/protocol.md): offsets x training grid / new grid per axis, so
+  the whole image spans the offsets seen in training (what the reference's position normalisation does at a new grid);
+* ``extrapolate`` (as the reference's integer positions): the same parabolas at the new grid's offsets; longer
+  offsets reach further down each parabola.
 
 The bias is computed in fp32 with autocast off, per block (depth, heads, N, N) for the current grid, from the patch
 coordinates of the seam (augmented in training). With a class token, each block and head learns the bias between it
@@ -70,7 +70,7 @@ def offset_monomials(dy: Tensor, dx: Tensor) -> Tensor:
 class PaPEPos(PosScheme):
     """Per block and head a sum of concave parabolas of the projected offset, added to the logits."""
 
-    methods = ("extrapolate", "scaled")
+    methods = ("scaled", "extrapolate")  # scaled first: chosen on validation (docs/protocol.md)
     frame = "grid"
 
     def __init__(self, *, pape_parabolas: int = 50, **kw):
