@@ -164,6 +164,9 @@ def test_the_fine_tuned_column_and_guide_line_read_the_fine_tuned_runs_only(tmp_
     assert "- fine-tuning runs: ? (?), torch ?, commit ft1, threads not recorded" in page  # where they trained
     assert "not start from the method validation chose: `rope2d` starts as `extrapolate` serves the new grid." in page
     assert block.splitlines()[0].endswith("| fine-tuned 2x | Fashion-MNIST |")
+    # the README's note is the short form: seeds per scheme and per column, the detail left to the page
+    assert "fine-tuned: one epoch at 64 px, 3 seeds" in block and "Seeds trained per scheme" not in block
+    assert summary.span([3, 5, 5]) == "3-5" and summary.span([5, 5]) == "5"
 
 
 def test_the_fashion_mnist_column_is_its_study_at_the_native_size_under_its_own_chosen_method(tmp_path):

@@ -489,6 +489,30 @@ def coverage(study: Study) -> str:
     )
 
 
+def span(counts: list[int]) -> str:
+    """ "5" where every count is 5, "3-5" where they range."""
+    return "none" if not counts else str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
+
+
+def in_brief(study: Study) -> str:
+    """The README's short form of :func:`coverage`: seeds per scheme, and how the columns beyond the swept sizes were
+    made, each with its seeds."""
+    parts = [f"seeds per scheme: {span([len(v) for v in study.seeds().values() if v])}"]
+    if far := study.data.get("far"):
+        parts.append(f"4x: {', '.join(far)} px, the chosen method only")
+    tuned: dict[str, set[int]] = defaultdict(set)
+    for f in study.data.get("finetuned", []):
+        tuned[f["spec"]].add(f["seed"])
+    if tuned:
+        sizes = sorted({str(f["size"]) for f in study.data["finetuned"]})
+        parts.append(f"fine-tuned: one epoch at {', '.join(sizes)} px, {span([len(v) for v in tuned.values()])} seeds")
+    if study.real:
+        counts = [len(v) for s in study.specs if (v := study.values(s, ("fmnist", "native")))]
+        parts.append(f"Fashion-MNIST: trained at {study.real[0]} px, tested at its native {study.real[1]} px, "
+                     f"{span(counts)} seeds")  # fmt: skip
+    return "; ".join(parts)
+
+
 def page_missing(missing: list[str]) -> str:
     return ("Columns not swept yet: " + ", ".join(missing) + ".") if missing else "Every column is swept."
 
@@ -568,9 +592,9 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
         same_kind=same_kind_reruns(reran),
         machines=study_machines(data, others if held else None, held),
     )
-    note = (f"Mean test top-1 (%) ± the 95 % interval's half-width over seeds (¹: one seed; —: not measured). "
-            f"{coverage(study)} {page_missing(missing)} [docs/summary.md](docs/summary.md) has every column and the "
-            "decision guide.")  # fmt: skip
+    note = (f"Mean test top-1 (%) ± the 95 % interval's half-width over seeds (¹: one seed; —: not measured); "
+            f"{in_brief(study)}. {page_missing(missing)} [docs/summary.md](docs/summary.md) has every column, the "
+            "seeds and sizes each holds, where each was made and the decision guide.")  # fmt: skip
     block = study.table(README_COLUMNS, main)
     if held:
         note += (
