@@ -196,6 +196,26 @@ def test_the_fashion_mnist_column_is_its_study_at_the_native_size_under_its_own_
     assert "Fashion-MNIST." in page.split("Columns not swept yet")[-1]  # no study on it yet: named as missing
 
 
+def test_what_the_tables_leave_out_is_listed_with_the_trainings_it_needs_and_their_time():
+    fm = {"budget": {"img_size": 16}, "sizes": ["28"], "choices": {"rope2d:patch": {"method": "extrapolate"}},
+          "command": "python -m benchmarks.study --config c.yaml --seeds 0 1 --no-train --runs rope2d:patch --json f",
+          "runs": [{"spec": "rope2d:patch", "seed": k, "train_seconds": 600.0, "hardware": "1 x CPU"} for k in (0, 1)],
+          "records": [{"scheme": "rope2d", "stem": "patch", "method": "extrapolate", "regime": "zoom", "resolution": 28,
+                       "split": "test", "seed": k, "top1": 0.8} for k in (0, 1)]}  # fmt: skip
+    data = study_json() | {"seeds": [0, 1, 2]}
+    text = summary.not_measured(summary.Study(data, fmnist=fm), fm)
+    assert ("- **Fashion-MNIST for `learned`**: 2 trainings (2 seeds each, as the column's other rows), about 20 min "
+            "of training on 1 x CPU (its runs took 10 min each): `python -m benchmarks.study --runs learned:patch "
+            "--seeds 0 1 --config c.yaml --json f`.") in text  # fmt: skip
+    assert "- **Fashion-MNIST at the 3 seeds `shapes` has**: `rope2d` have 2; 1 more training, about 10 min" in text
+    assert "Fine-tuned" not in text  # no row is fine-tuned: a column not swept, named above the table instead
+    full = fm | {"runs": fm["runs"] + [r | {"spec": "learned:patch"} for r in fm["runs"]],
+                 "records": fm["records"] + [r | {"scheme": "learned"} for r in fm["records"]],
+                 "choices": fm["choices"] | {"learned:patch": {"method": "extrapolate"}}}  # fmt: skip
+    whole = study_json() | {"seeds": [0, 1]}
+    assert summary.not_measured(summary.Study(whole, fmnist=full), full).startswith("Every row has every")
+
+
 def test_readme_block_is_replaced_between_the_markers_only():
     text = f"intro\n{pages.START}\nold table\n{pages.END}\noutro\n"
     assert pages.readme_with("new", text) == f"intro\n{pages.START}\nnew\n{pages.END}\noutro\n"

@@ -513,6 +513,71 @@ def in_brief(study: Study) -> str:
     return "; ".join(parts)
 
 
+def duration(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
+
+
+def study_command(command: str, runs: list[str], seeds: list[int]) -> str:
+    """A study's recorded ``command`` for ``runs`` at ``seeds``, training what it lacks (no ``--no-train``)."""
+    words = command.split()
+    keep, skip = [], False
+    for w in words:
+        if w in ("--runs", "--seeds"):
+            skip = True
+            continue
+        if skip and not w.startswith("--"):
+            continue
+        skip = False
+        if w != "--no-train":
+            keep.append(w)
+    at = keep.index("benchmarks.study") + 1
+    return " ".join(keep[:at] + ["--runs", *runs, "--seeds", *map(str, seeds)] + keep[at:])
+
+
+def labels(specs: list[str]) -> str:
+    return ", ".join(label(s) for s in specs)
+
+
+def not_measured(study: Study, fmnist: dict | None) -> str:
+    """What the tables leave out (a row's —, or fewer Fashion-MNIST seeds than the study has on `shapes`), each with
+    the trainings it needs, their time from the recorded runs of that column on the machine they trained on, and the
+    command that would measure it."""
+    lines = []
+    tuned = {s for (s, kind, _) in study.cells if kind == "finetune" and study.cells[(s, kind, _)]}
+    if tuned and (lacking := [s for s in study.specs if s not in tuned]):
+        n = max(len(study.seeds()[s]) for s in lacking)
+        lines.append(f"- **Fine-tuned 2x for {labels(lacking)}**: {len(lacking) * n} one-epoch runs, the study's "
+                     "command with `--finetune` at the training size's double (step 9).")  # fmt: skip
+    if fmnist and fmnist.get("runs") and study.real:
+        secs = [r["train_seconds"] for r in fmnist["runs"] if "train_seconds" in r]
+        each = sum(secs) / len(secs) if secs else 0.0
+        where = sorted({r.get("hardware", "?") for r in fmnist["runs"]})
+        have = {s: len(study.values(s, ("fmnist", "native"))) for s in study.specs}
+        seeds = max(have.values())
+
+        def rerun(specs: list[str], n: int) -> str:
+            cmd = fmnist.get("command")
+            return f": `{study_command(cmd, specs, list(range(n)))}`" if cmd else ""
+
+        if lacking := [s for s, n in have.items() if n == 0]:
+            runs = len(lacking) * seeds
+            lines.append(
+                f"- **Fashion-MNIST for {labels(lacking)}**: {runs} trainings ({seeds} seeds each, as the "
+                f"column's other rows), about {duration(runs * each)} of training on {', '.join(where)} (its runs "
+                f"took {duration(each)} each){rerun(lacking, seeds)}."
+            )
+        want = len(study.data.get("seeds", []))
+        if (short := [s for s, n in have.items() if 0 < n < want]) and want:
+            runs = sum(want - have[s] for s in short)
+            lines.append(
+                f"- **Fashion-MNIST at the {want} seeds `shapes` has**: {labels(short)} have "
+                f"{span([have[s] for s in short])}; {runs} more training{'s' * (runs != 1)}, about "
+                f"{duration(runs * each)} on "
+                f"{', '.join(where)}{rerun(short, want)}."
+            )
+    return "\n".join(lines) or "Every row has every column at every seed the study asks for."
+
+
 def page_missing(missing: list[str]) -> str:
     return ("Columns not swept yet: " + ", ".join(missing) + ".") if missing else "Every column is swept."
 
@@ -591,6 +656,7 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
         reruns=reruns([("study", data, "rules", earlier), ("claims", claimed, "others", others)]),
         same_kind=same_kind_reruns(reran),
         machines=study_machines(data, others if held else None, held),
+        not_measured=not_measured(study, fmnist),
     )
     note = (f"Mean test top-1 (%) ± the 95 % interval's half-width over seeds (¹: one seed; —: not measured); "
             f"{in_brief(study)}. {page_missing(missing)} [docs/summary.md](docs/summary.md) has every column, the "
