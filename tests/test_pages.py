@@ -490,6 +490,9 @@ def test_augmentation_page_pairs_each_scheme_with_its_runs_without_augmentation_
     assert rows["| `learned`"].split(" | ")[1] == "+0.0 [+0.0, +0.0]"
     assert rows["| `fire`"].split(" | ")[1] == "+10.0 [+10.0, +10.0] *"  # the baseline from the frontier's record
     assert "trained with `--pos-aug shift=0.1`" in page
+    # the other side of each difference names where it was made, per record
+    assert "- without it (`fire`), training runs: ? (?), torch ?, commit ?, threads not recorded" in page
+    assert "- without it (`learned`, `rope2d`), training runs: 1 x CPU (cpu), torch 2.x, commit abc" in page
     aug["choices"] = aug["choices"] | {"rope2d:patch": {"method": "extrapolate"}}  # validation chose another method
     page = augmentation.render(aug, tmp_path, plain, front)
     own, one = page.split("## With minus without, paired by seed")[1].split("## With minus without, under one method")

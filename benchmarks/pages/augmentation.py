@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.pages.common import fill, table
+from benchmarks.pages.common import fill, machines, table
 from benchmarks.pages.frontier import COLUMNS, difference_text, measured
-from benchmarks.pages.summary import Study, head, label, study_machines
+from benchmarks.pages.summary import Study, head, held_only, label, labels, study_machines
 from benchmarks.stats import holm, paired
 
 
@@ -55,6 +55,18 @@ def method_rows(variant: Study, baselines: list[Study]) -> list[list[str]]:
     return rows
 
 
+def baseline_machines(variant: Study, baselines: list[Study]) -> list[str]:
+    """Where the other side of each difference (the runs without the training change) trained and was swept: one
+    line per baseline record, machine and commit, naming the schemes it serves."""
+    lines = []
+    for base in baselines:
+        specs = [s for s in variant.specs if baseline(s, baselines) is base]
+        for what, key in (("training runs", "runs"), ("sweeps", "records")) if specs else ():
+            lines += [f"- without it ({labels(specs)}), {what}: {m}"
+                      for m in machines(held_only(base.data.get(key, []), specs))]  # fmt: skip
+    return lines
+
+
 def render(data: dict, folder: Path, *plain: dict | None) -> str:
     """docs/augmentation.md from docs/augmentation.json and the records without augmentation (``plain``, in order of
     preference: docs/study.json, docs/frontier.json)."""
@@ -76,5 +88,5 @@ def render(data: dict, folder: Path, *plain: dict | None) -> str:
         differences=table(["with − without (points)", *(head(*c) for c in columns)], rows)
         if diffs
         else "No scheme has two seeds both with and without augmentation yet.",
-        machines=study_machines(data),
+        machines="\n".join([study_machines(data), *baseline_machines(aug, bases)]),
     )
