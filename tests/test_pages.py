@@ -450,12 +450,14 @@ def test_frontier_page_holds_the_fire_claim_at_the_largest_factor_and_finds_shar
     data = frontier_json()
     rope = {"spec": "rope2d:patch", "commit": "old"}
     main = {"runs": [rope | {"seed": 0, "test_top1": 0.99, "ckpt_sha256": "rope2d0"},
-                     rope | {"seed": 1, "test_top1": 0.985, "ckpt_sha256": "x"}]}  # fmt: skip
+                     rope | {"seed": 1, "test_top1": 0.985, "ckpt_sha256": "x", "best_val_top1": 0.98}]}  # fmt: skip
+    for r in data["runs"]:
+        r["best_val_top1"] = 0.9905
     page = frontier.render(data, tmp_path, main, cost_record(rope2d=[10.0], fire=[8.0], string=[5.0]))
     assert "- zoom 2x (the largest measured here; published at 4.57x): `fire` above `rope2d`: agrees, +30.0" in page
     assert "- canvas 2x (the largest measured here; published at 4.57x): `fire` above `string`: agrees" in page
-    assert "| `rope2d` | 0 | 99.0 (old) | 99.0 (abc) | same run |" in page
-    assert "| `rope2d` | 1 | 98.5 (old) | 99.0 (abc) | +0.5 |" in page
+    assert "| `rope2d` | 0 | 99.0 (old) | 99.0 (abc) | same run | same run |" in page
+    assert "| `rope2d` | 1 | 98.5 (old) | 99.0 (abc) | +0.50 | +1.05 |" in page  # a rerun's test and validation
     assert "| `string` | 98.7 ±1.4 | `m` |" in page and page.count("| 2.00 |") == 1  # string's cost: 10 / 5
     data["records"] = [r for r in data["records"] if r["seed"] == 0]  # one seed: no verdict
     page = frontier.render(data, tmp_path)

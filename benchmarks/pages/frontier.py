@@ -82,12 +82,17 @@ def reproductions(study: Study, main: dict | None) -> str:
         o = other.get((r["spec"], r["seed"]))
         if o is None or "test_top1" not in r or "test_top1" not in o:
             continue
-        same = "same run" if o.get("ckpt_sha256") == r.get("ckpt_sha256") else signed(r["test_top1"] - o["test_top1"])
+        same = o.get("ckpt_sha256") == r.get("ckpt_sha256")
+        val = [x.get("best_val_top1") for x in (o, r)]
         rows.append([label(r["spec"]), str(r["seed"]), f"{pct(o['test_top1'])} ({o.get('commit', '?')})",
-                     f"{pct(r['test_top1'])} ({r.get('commit', '?')})", same])  # fmt: skip
+                     f"{pct(r['test_top1'])} ({r.get('commit', '?')})",
+                     "same run" if same else f"{100 * (r['test_top1'] - o['test_top1']):+.2f}",
+                     "same run" if same else "—" if None in val else f"{100 * (val[1] - val[0]):+.2f}"])  # fmt: skip
     if not rows:
         return "No frontier run is in the study's record."
-    return table(["scheme", "seed", "docs/study.json (commit)", "here (commit)", "difference (points)"], rows)
+    heads = ["scheme", "seed", "docs/study.json (commit)", "here (commit)", "test difference (points)",
+             "best validation difference (points)"]  # fmt: skip
+    return table(heads, rows)
 
 
 def render(data: dict, folder: Path, main: dict | None = None, cost: dict | None = None) -> str:
