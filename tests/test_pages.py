@@ -722,6 +722,11 @@ def test_summary_adds_the_other_chosen_schemes_from_their_own_record_and_claims_
     assert any(r["spec"].startswith("lookhere") for r in data["runs"])
     assert "Also chosen, with no row here yet: `relbias+peg`" in page
     assert "neither fine-tuned nor trained on Fashion-MNIST" in page
+    # a swept column with rows that have no cell (—) points to where they are listed, from the page and the README
+    pointed = "Every column is swept; the rows without a cell (—) are listed under [not measured yet](#not-measured"
+    assert summary.page_missing([], gaps=True).startswith(pointed)
+    assert "[not measured yet](docs/summary.md#" in summary.page_missing([], True, "docs/summary.md")
+    assert summary.page_missing([]) == "Every column is swept." and "zoom 4x" in summary.page_missing(["zoom 4x"], True)
     run = data["runs"][-1]  # a rope2d+peg run, fine-tuned at 64 px
     tuned = data | {"finetuned": [{"spec": run["spec"], "seed": run["seed"], "run": run["run"], "size": 64,
                                    "top1": 0.9, "hardware": "2 x CPU", "commit": "abc"}]}  # fmt: skip

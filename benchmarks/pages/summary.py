@@ -578,8 +578,14 @@ def not_measured(study: Study, fmnist: dict | None) -> str:
     return "\n".join(lines) or "Every row has every column at every seed the study asks for."
 
 
-def page_missing(missing: list[str]) -> str:
-    return ("Columns not swept yet: " + ", ".join(missing) + ".") if missing else "Every column is swept."
+def page_missing(missing: list[str], gaps: bool = False, link: str = "") -> str:
+    """Which columns have no cell at all; ``gaps``: some rows lack a cell (—) in a swept column, listed under the
+    summary's "Not measured yet" section (``link``: the path to the summary page from where this is read)."""
+    if missing:
+        return "Columns not swept yet: " + ", ".join(missing) + "."
+    where = f"[not measured yet]({link}#not-measured-yet-and-what-it-would-take)"
+    return f"Every column is swept; the rows without a cell (—) are listed under {where}." if gaps else (
+        "Every column is swept.")  # fmt: skip
 
 
 def commits(*records: list[dict]) -> set[str]:
@@ -639,13 +645,14 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
     main = [s for s in study.specs if s not in held]
     plot(study, folder / "summary.png")
     missing = [head(*c) for c in COLUMNS if not any(study.values(s, c) for s in study.specs)]
+    gaps = any(not study.values(s, c) for s in study.specs for c in COLUMNS if head(*c) not in missing)
     tables = study.table(COLUMNS, main) + (f"\n\n{study.table(COLUMNS, held)}" if held else "")
     page = fill(
         "summary.md",
         command=data["command"],
         coverage=coverage(study),
         others=chosen_others(others, held, rowless, data),
-        missing=page_missing(missing),
+        missing=page_missing(missing, gaps),
         cost=cost_line(cost),
         table=tables,
         guide="\n".join(guide(study)) or "- Nothing is measured on test yet.",
@@ -658,9 +665,10 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
         machines=study_machines(data, others if held else None, held),
         not_measured=not_measured(study, fmnist),
     )
+    swept = page_missing(missing, gaps, "docs/summary.md")
     note = (f"Mean test top-1 (%) ± the 95 % interval's half-width over seeds (¹: one seed; —: not measured); "
-            f"{in_brief(study)}. {page_missing(missing)} [docs/summary.md](docs/summary.md) has every column, the "
-            "seeds and sizes each holds, where each was made and the decision guide.")  # fmt: skip
+            f"{in_brief(study)}. {swept} [docs/summary.md](docs/summary.md) has every column, the seeds and sizes "
+            "each holds, where each was made and the decision guide.")  # fmt: skip
     block = study.table(README_COLUMNS, main)
     if held:
         note += (
