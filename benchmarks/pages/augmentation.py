@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.pages.common import fill, machines, table
+from benchmarks.pages.common import fill, held_only, machines, table
 from benchmarks.pages.frontier import COLUMNS, difference_text, measured
-from benchmarks.pages.summary import Study, head, held_only, label, labels, study_machines
+from benchmarks.pages.summary import Study, head, label, labels, study_machines
 from benchmarks.stats import holm, paired
 
 

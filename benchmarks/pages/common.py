@@ -108,6 +108,12 @@ def machines(*records: list[dict]) -> list[str]:
     return [f"{h} ({d}), torch {t}, commit {c}{threads(n)}" for h, d, c, t, n in sorted(seen)]
 
 
+def held_only(entries: list[dict], held: list[str] | set[str]) -> list[dict]:
+    """The run, cell or entropy entries of a record that belong to the schemes ``held`` (a run names its ``spec``,
+    a cell or an entropy entry its ``scheme`` and ``stem``)."""
+    return [e for e in entries if e.get("spec", f"{e.get('scheme')}:{e.get('stem')}") in held]
+
+
 def merged(base: dict, extra: dict, specs: set[str]) -> dict:
     """A study's JSON ``base`` with ``extra``'s runs, records, method choices, attention entropy, patch-shuffle rows
     and fine-tuning runs of the schemes ``specs`` (POS:STEM) beside its own; ``base``'s choices win. Both must be
@@ -115,12 +121,12 @@ def merged(base: dict, extra: dict, specs: set[str]) -> dict:
     if base.get("budget") != extra.get("budget"):
         raise SystemExit("two study records differ in budget: their runs cannot be read side by side")
 
-    def of(key: str) -> list[dict]:
-        return [r for r in extra.get(key, []) if (r.get("spec") or f"{r['scheme']}:{r['stem']}") in specs]
-
     return (
         base
-        | {key: base.get(key, []) + of(key) for key in ("runs", "records", "entropy", "shuffle", "finetuned")}
+        | {
+            key: base.get(key, []) + held_only(extra.get(key, []), specs)
+            for key in ("runs", "records", "entropy", "shuffle", "finetuned")
+        }  # fmt: skip
         | {"choices": {k: v for k, v in extra.get("choices", {}).items() if k in specs} | base.get("choices", {})}
     )
 

@@ -12,6 +12,7 @@ from benchmarks.pages.common import (
     CHANCE,
     cell,
     fill,
+    held_only,
     machines,
     merged,
     pct,
@@ -400,12 +401,6 @@ def study_machines(data: dict, others: dict | None = None, held: list[str] = ())
         lines += [f"- second table, {what}: {m}" for what, key in parts
                   for m in machines(held_only(others.get(key, []), held))]  # fmt: skip
     return "\n".join(lines) or "- none"
-
-
-def held_only(entries: list[dict], held: list[str]) -> list[dict]:
-    """The run, cell or entropy entries of a record that belong to the schemes ``held`` (a run names its ``spec``,
-    a cell or an entropy entry its ``scheme`` and ``stem``)."""
-    return [e for e in entries if e.get("spec", f"{e.get('scheme')}:{e.get('stem')}") in held]
 
 
 def rebuilt_start(spec: str) -> str | None:
