@@ -143,6 +143,13 @@ class Study:
     def seeds(self) -> dict[str, list[int]]:
         return {s: sorted(r["seed"] for r in self.data["runs"] if r["spec"] == s) for s in self.specs}
 
+    def tuned(self) -> dict[str, set[int]]:
+        """The seeds fine-tuned per scheme (at any size), for the schemes that have any."""
+        out: dict[str, set[int]] = defaultdict(set)
+        for f in self.data.get("finetuned", []):
+            out[f["spec"]].add(f["seed"])
+        return dict(out)
+
 
 def guide(study: Study) -> list[str]:
     """At most 8 lines, each the best scheme of one column with its margin over the runner-up (paired by seed,
@@ -449,10 +456,9 @@ def coverage(study: Study) -> str:
     far = f"; {', '.join(far)} px on test with the chosen method only" if far else ""
     tuned = study.data.get("finetune")
     recipe = " ".join(study.data.get("finetune_recipe", []))
-    done: dict[str, set[int]] = defaultdict(set)
+    done = study.tuned()
     starts: dict[str, set[str | None]] = defaultdict(set)  # the methods each scheme's fine-tuning runs start from
     for f in study.data.get("finetuned", []):
-        done[f["spec"]].add(f["seed"])
         starts[f["spec"]].add(f.get("start"))
     by_start: dict[str, list[str]] = defaultdict(list)  # a start other than the chosen method -> its schemes
     for s in study.specs:
@@ -468,7 +474,7 @@ def coverage(study: Study) -> str:
                   "is carried there by it.")  # fmt: skip
     tuned = (f" Fine-tuned: one more epoch at {', '.join(tuned)} px from each run's last checkpoint (`train.py "
              f"--init-from ... {recipe}`), then tested there; seeds fine-tuned per scheme: "
-             f"{', '.join(f'{label(s)} {len(done[s])}' for s in study.specs if done[s]) or 'none'}.{fresh_text}"
+             f"{', '.join(f'{label(s)} {len(done[s])}' for s in study.specs if s in done) or 'none'}.{fresh_text}"
              if tuned else "")  # fmt: skip
     real = ""
     if study.real:
@@ -495,10 +501,7 @@ def in_brief(study: Study) -> str:
     parts = [f"seeds per scheme: {span([len(v) for v in study.seeds().values() if v])}"]
     if far := study.data.get("far"):
         parts.append(f"4x: {', '.join(far)} px, the chosen method only")
-    tuned: dict[str, set[int]] = defaultdict(set)
-    for f in study.data.get("finetuned", []):
-        tuned[f["spec"]].add(f["seed"])
-    if tuned:
+    if tuned := study.tuned():
         sizes = sorted({str(f["size"]) for f in study.data["finetuned"]})
         parts.append(f"fine-tuned: one epoch at {', '.join(sizes)} px, {span([len(v) for v in tuned.values()])} seeds")
     if study.real:
@@ -538,7 +541,7 @@ def not_measured(study: Study, fmnist: dict | None) -> str:
     the trainings it needs, their time from the recorded runs of that column on the machine they trained on, and the
     command that would measure it."""
     lines = []
-    tuned = {s for (s, kind, _) in study.cells if kind == "finetune" and study.cells[(s, kind, _)]}
+    tuned = study.tuned()
     if tuned and (lacking := [s for s in study.specs if s not in tuned]):
         n = max(len(study.seeds()[s]) for s in lacking)
         lines.append(f"- **Fine-tuned 2x for {labels(lacking)}**: {len(lacking) * n} one-epoch runs, the study's "
