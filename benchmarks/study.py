@@ -18,7 +18,7 @@ The protocol, frozen before test is read:
    scaling, and the scene shifted off the patch grid by half a patch: what the canvas changes besides position.
 6. Far sizes (``--far``, 128 px = 4x by default): the whole test split under both regimes with the chosen method
    only. The choice is made at ``--sizes``; a 4x cell costs about as much as all of them together, so it is
-   measured once, for the method the protocol serves.
+   measured once, for the method the protocol serves. ``--no-far`` skips it.
 7. Attention entropy per block and head at each size and regime (64 test images, the chosen method): whether
    attention stays focused as the grid grows, the explanation the FIRE extrapolation study gives.
 8. Patch-shuffle test at the training size (the whole test split, one fixed permutation of the patches;
@@ -27,7 +27,7 @@ The protocol, frozen before test is read:
    checkpoint (``train.py --init-from``, which starts where the scheme's default method serves the new grid: a
    scheme with nothing grid-sized keeps its training grid, ``--pos-grid``, and a grid-sized table is carried), then
    tested there on the whole test split. The fine-tuning recipe (FINETUNE: a quarter of the learning rate, a short
-   warmup) is Swin v2's, fixed beforehand and not tuned on any split.
+   warmup) is Swin v2's, fixed beforehand and not tuned on any split. ``--no-finetune`` skips it.
 
 Another data set and training size: ``--config configs/fashion_mnist_study.yaml --img-size 16 --sizes 12 16 20 24
 28 --far --finetune`` trains on Fashion-MNIST downsampled to 16 px and tests up to its native 28 px, so the larger
@@ -229,9 +229,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="the seeds trained and fine-tuned (every recorded run is swept)")  # fmt: skip
     p.add_argument("--sizes", nargs="+", default=SIZES, help="test sizes (px); the canvas regime uses those >= 32")
     p.add_argument("--far", nargs="*", default=FAR,
-                   help="sizes (px) tested with the chosen method only, after the choice (none: skip)")  # fmt: skip
+                   help="sizes (px) tested with the chosen method only, after the choice (none given: skip)")  # fmt: skip
+    p.add_argument("--no-far", dest="far", action="store_const", const=[], help="skip the far sizes")
     p.add_argument("--finetune", nargs="*", default=FINETUNE_SIZES,
-                   help="sizes (px) each run is fine-tuned at for one epoch, then tested (none: skip)")  # fmt: skip
+                   help="sizes (px) each run is fine-tuned at for one epoch, then tested (none given: skip)")  # fmt: skip
+    p.add_argument("--no-finetune", dest="finetune", action="store_const", const=[], help="skip the fine-tuning")
     p.add_argument("--val-limit", type=int, default=1000, help="validation images per cell for the choice")
     p.add_argument("--out", default="runs/bench-shapes", help="folder of the training runs")
     p.add_argument("--json", default=str(ROOT / "docs" / "study.json"))

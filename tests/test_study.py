@@ -279,6 +279,23 @@ def test_far_sizes_are_tested_once_after_the_choice_with_the_chosen_method_only(
     assert cells.values("rope2d:patch", ("zoom", 4.0)) == {0: 0.3} == cells.values("rope2d:patch", ("canvas", 4.0))
 
 
+@pytest.mark.parametrize(
+    ("flags", "far", "finetune"),
+    [
+        ([], study.FAR, study.FINETUNE_SIZES),  # both run by default
+        (["--no-far", "--no-finetune"], [], []),
+        (["--far", "--finetune"], [], []),  # the recorded commands' form: an empty list skips too
+        (["--far", "96", "--no-finetune"], ["96"], []),
+    ],
+)
+def test_far_sizes_and_fine_tuning_are_skipped_by_name_or_by_an_empty_list(tmp_path, trained, flags, far, finetune):
+    out = tmp_path / "study.json"
+    argv = ["--runs", "rope2d:patch", "--seeds", "0", "--out", "runs", "--json", str(out), "--no-controls", *flags]
+    assert study.main(argv) == 0
+    data = json.loads(out.read_text())
+    assert (data["far"], data["finetune"]) == (far, finetune)
+
+
 def test_test_methods_chosen_tests_the_chosen_method_only_and_keeps_an_earlier_test_of_every_method(
     tmp_path, monkeypatch, run_dir
 ):
