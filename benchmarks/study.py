@@ -229,10 +229,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="the seeds trained and fine-tuned (every recorded run is swept)")  # fmt: skip
     p.add_argument("--sizes", nargs="+", default=SIZES, help="test sizes (px); the canvas regime uses those >= 32")
     p.add_argument("--far", nargs="*", default=FAR,
-                   help="sizes (px) tested with the chosen method only, after the choice (none given: skip)")  # fmt: skip
+                   help="sizes (px) tested with the chosen method only, after the choice (none: skip)")  # fmt: skip
     p.add_argument("--no-far", dest="far", action="store_const", const=[], help="skip the far sizes")
     p.add_argument("--finetune", nargs="*", default=FINETUNE_SIZES,
-                   help="sizes (px) each run is fine-tuned at for one epoch, then tested (none given: skip)")  # fmt: skip
+                   help="sizes (px) each run is fine-tuned at for one epoch, then tested (none: skip)")  # fmt: skip
     p.add_argument("--no-finetune", dest="finetune", action="store_const", const=[], help="skip the fine-tuning")
     p.add_argument("--val-limit", type=int, default=1000, help="validation images per cell for the choice")
     p.add_argument("--out", default="runs/bench-shapes", help="folder of the training runs")
