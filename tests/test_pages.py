@@ -375,6 +375,11 @@ def test_reruns_table_sets_each_run_of_two_records_side_by_side_and_names_both_m
         "| `learned` | 0 | 97.6 (study) | 97.0 (others) | -0.6 | 1 x CPU, aaa | 1 x CPU, ccc |",
     ]
     assert summary.reruns([("study", data, "others", None)]) == "No run is in two records."
+    # a record that reuses the study's own checkpoint holds the same run, not a rerun of it
+    data["runs"][0]["ckpt_sha256"] = "f00d"
+    reused = {"budget": data["budget"], "runs": [data["runs"][0] | {"commit": "aaa"}]}
+    (row,) = [ln for ln in summary.reruns([("study", data, "rules", reused)]).splitlines() if "`learned`" in ln]
+    assert "| same run |" in row
 
 
 def test_same_kind_reruns_count_exact_agreement_and_leave_other_machines_to_the_other_table():

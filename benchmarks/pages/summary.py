@@ -297,8 +297,11 @@ def reruns(pairs: list[tuple[str, dict | None, str, dict | None]]) -> str:
         theirs = by_run(second or {})
         for key, r in sorted(by_run(first or {}).items(), key=lambda kv: kv[0][:2]):
             if (o := theirs.get(key)) is not None:
+                # both records may name one checkpoint (a study that reuses another's runs): no rerun to compare
+                same = r.get("ckpt_sha256") is not None and o.get("ckpt_sha256") == r["ckpt_sha256"]
                 rows.append([label(r["spec"]), str(r["seed"]), f"{pct(r['test_top1'])} ({name})",
-                             f"{pct(o['test_top1'])} ({other_name})", signed(o["test_top1"] - r["test_top1"]),
+                             f"{pct(o['test_top1'])} ({other_name})",
+                             "same run" if same else signed(o["test_top1"] - r["test_top1"]),
                              where(r), where(o)])  # fmt: skip
     if not rows:
         return "No run is in two records."
