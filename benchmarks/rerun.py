@@ -1,6 +1,7 @@
 """Does a recorded run come out the same when it is trained again? The check behind the summary's reruns.
 
     python -m benchmarks.rerun --runs learned:patch rope2d:patch --seeds 0 --json docs/rerun.json
+    python -m benchmarks.rerun --study REV:docs/study.json --out runs/rules ...   # a record since replaced
     python -m benchmarks.pages
 
 Each named run of a study's record (docs/study.json by default) is trained again, in a folder of its own, with the
@@ -9,13 +10,16 @@ of this checkout on this machine. The rerun is set beside the record: test and b
 fields the two runs' config.yaml set differently (none: the same command), and the largest absolute difference over
 every tensor of the two last checkpoints' weights (0: bit for bit the same).
 On the same kind of machine the floating-point order is the same, so a rerun should agree exactly; where it does
-not, the page shows by how much.
+not, the page shows by how much. ``--study REV:PATH`` reads the record as committed at REV: a study trained again at a
+later commit into ``--out`` is set beside the record it replaced (its finished runs are reused, not trained again;
+where the old checkpoints are gone, the weight and config columns say so).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -50,6 +54,19 @@ def config_differences(a: Path, b: Path) -> list[str]:
     return [d for d in differ if d != "trainer.out"]
 
 
+def read_record(p: argparse.ArgumentParser, where: str) -> dict:
+    """A study record: a file, or ``REV:PATH``, the file as committed at REV (git), or the parser's one-line error."""
+    path = Path(where)
+    if path.is_file():
+        return json.loads(path.read_text())
+    rev, sep, rel = where.partition(":")
+    if sep and rev and rel:
+        shown = subprocess.run(["git", "show", f"{rev}:{rel}"], cwd=ROOT, capture_output=True, text=True)
+        if shown.returncode == 0:
+            return json.loads(shown.stdout)
+    p.error(f"no study record at {where} (a file, or REV:PATH as committed at REV)")
+
+
 def study_flags(study: dict) -> tuple[list[str], dict, str | None, list[int] | None]:
     """What a study passed to every run beyond scheme and seed: its config and size flags, its position rule, its
     position augmentation and its training sizes (from the record's budget and arguments)."""
@@ -70,13 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     run_specs(p, args.runs)
     path = Path(args.study)
-    if not path.is_file():
-        p.error(f"no study record at {path}")
-    study = json.loads(path.read_text())
+    study = read_record(p, args.study)
+    name = str(path.relative_to(ROOT)) if path.is_file() and path.is_relative_to(ROOT) else args.study
     recorded = {(r["spec"], r["seed"]): r for r in study.get("runs", [])}
     missing = [f"{s} seed {k}" for s in args.runs for k in args.seeds if (s, k) not in recorded]
     if missing:
-        p.error(f"{path} records no run {', '.join(missing)}")
+        p.error(f"{args.study} records no run {', '.join(missing)}")
     out = ROOT / args.out
     if any((ROOT / recorded[(s, k)]["run"]).resolve().is_relative_to(out.resolve()) for s in args.runs
            for k in args.seeds):  # fmt: skip
@@ -97,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             old_ckpt, new_ckpt = ROOT / old["run"] / "checkpoints" / "last.ckpt", run_dir / "checkpoints" / "last.ckpt"
             diff = weight_difference(old_ckpt, new_ckpt) if old_ckpt.is_file() else None
             configs = [ROOT / old["run"] / "config.yaml", run_dir / "config.yaml"]
-            row = {"spec": spec, "seed": seed, "study": str(path.relative_to(ROOT) if path.is_relative_to(ROOT)
-                   else path), "recorded": old, "rerun": new, "max_weight_difference": diff,
+            row = {"spec": spec, "seed": seed, "study": name, "recorded": old, "rerun": new,
+                   "max_weight_difference": diff,
                    "config_differences": config_differences(*configs) if all(map(Path.is_file, configs))
                    else None}  # fmt: skip
             rows = [r for r in rows if (r["spec"], r["seed"], r["study"]) != (spec, seed, row["study"])] + [row]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 import torch
@@ -87,6 +88,23 @@ def test_a_rerun_refuses_the_studys_own_folder_a_missing_run_and_other_flags(tmp
         rerun.main([*base, "--runs", "learned:patch"])
     assert "was not made by these flags" in capsys.readouterr().err
     assert not study_record  # nothing was trained
+
+
+def test_a_record_since_replaced_is_read_as_committed_and_its_reruns_are_the_new_studys_runs(tmp_path, study_record):
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "study.json"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a record"], check=True)
+    (tmp_path / "study.json").write_text("{}")  # the record replaced: only git still holds its runs
+    out = tmp_path / "rerun.json"
+    args = ["--study", "HEAD:study.json", "--runs", "rope2d:patch", "--out", "runs/later", "--json", str(out)]
+    assert rerun.main(args) == 0
+    (row,) = json.loads(out.read_text())["reruns"]
+    assert row["study"] == "HEAD:study.json" and row["recorded"]["run"] == "runs/study/rope2d-patch-seed0"
+    assert row["rerun"]["run"] == "runs/later/rope2d-patch-seed0"
+    with pytest.raises(SystemExit) as e:
+        rerun.main([*args[:1], "HEAD:missing.json", *args[2:]])
+    assert e.value.code == 2
 
 
 def test_config_differences_name_the_fields_two_runs_set_apart_but_where_they_went(tmp_path):
