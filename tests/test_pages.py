@@ -329,7 +329,16 @@ def test_controls_table_gives_each_controls_paired_difference_from_the_canvas_ce
     assert list(s.values("rope2d:patch", ("canvas", 2.0)).values()) == base  # controls never reach the cells
     text = summary.controls(s)
     row = next(ln for ln in text.splitlines() if ln.startswith("| `rope2d`"))
-    assert "+10.0 [+10.0, +10.0] *" in row and row.endswith("| — | — |")
+    assert "+10.0 [+10.0, +10.0] *" in row and row.endswith("| — | — | — |")
+    # log-n logits: a difference from the canvas cell (+50), and what they leave of the fall from 1x: canvas + 0.5
+    # = (0.90, 0.95, 1.00) against 1x's (0.99, 0.98, 0.99), paired: -3.7, not separated
+    data["records"] += [
+        r | {"control": "logn", "pool": "all", "logit_scaling": "logn", "top1": r["top1"] + 0.4}
+        for r in data["records"]
+        if r.get("control") == "scene" and r["method"] == "interpolate"
+    ]
+    row = next(ln for ln in summary.controls(summary.Study(data)).splitlines() if ln.startswith("| `rope2d`"))
+    assert row.endswith("| +50.0 [+50.0, +50.0] * | — | -3.7 [-25.9, +18.6] |"), row
     assert summary.controls(summary.Study(study_json())) == "No control is measured yet."
 
 

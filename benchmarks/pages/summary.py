@@ -204,30 +204,33 @@ CONTROL_NAMES = {"scene": "pool the scene only", "logn": "log-n logits", "offgri
 
 
 def controls(study: Study, factor: float = 2.0) -> str:
-    """Per scheme at canvas ``factor``: the chosen method as measured, and each control's paired difference from it
-    (the same checkpoints evaluated twice), Holm-corrected over the table."""
+    """Per scheme at canvas ``factor``: the chosen method as measured, each control's paired difference from it (the
+    same checkpoints evaluated twice), and how far below 1x the log-n control still is (what attention spread over
+    more keys does not explain), all Holm-corrected over the table."""
     rows, diffs, where = [], [], []
     for spec in study.specs:
         if not any(study.controls.get((spec, name, factor)) for name in CONTROL_NAMES):
             continue  # no control swept for it (the other chosen schemes' study sweeps none)
         base = study.values(spec, ("canvas", factor))
         row = [label(spec), cell(list(base.values()))]
-        for name in CONTROL_NAMES:
-            got = study.controls.get((spec, name, factor), {})
-            shared = sorted(set(base) & set(got))
+        one = study.values(spec, ("zoom", 1.0))
+        logn = study.controls.get((spec, "logn", factor), {})
+        for got, against in [*((study.controls.get((spec, n, factor), {}), base) for n in CONTROL_NAMES), (logn, one)]:
+            shared = sorted(set(against) & set(got))
             if len(shared) >= 2:
-                diffs.append(paired([got[k] for k in shared], [base[k] for k in shared]))
+                diffs.append(paired([got[k] for k in shared], [against[k] for k in shared]))
                 where.append((len(rows), len(row)))
                 row.append("")
             else:
-                row.append(f"{signed(got[shared[0]] - base[shared[0]])}¹" if shared else "—")
+                row.append(f"{signed(got[shared[0]] - against[shared[0]])}¹" if shared else "—")
         rows.append(row)
     for (i, j), d in zip(where, holm(diffs), strict=True):
         mark = "" if d.verdict == "not separated" else " *"
         rows[i][j] = f"{signed(d.diff)} [{signed(d.low)}, {signed(d.high)}]{mark}"
     if not any(c not in ("—", "") for r in rows for c in r[2:]):
         return "No control is measured yet."
-    heads = ["scheme", f"canvas {factor:g}x", *(f"{n} (points)" for n in CONTROL_NAMES.values())]
+    heads = ["scheme", f"canvas {factor:g}x", *(f"{n} (points)" for n in CONTROL_NAMES.values()),
+             "log-n logits against 1x (points)"]  # fmt: skip
     return table(heads, rows)
 
 
