@@ -337,8 +337,11 @@ def test_controls_table_gives_each_controls_paired_difference_from_the_canvas_ce
         for r in data["records"]
         if r.get("control") == "scene" and r["method"] == "interpolate"
     ]
-    row = next(ln for ln in summary.controls(summary.Study(data)).splitlines() if ln.startswith("| `rope2d`"))
+    text = summary.controls(summary.Study(data))
+    row = next(ln for ln in text.splitlines() if ln.startswith("| `rope2d`"))
     assert row.endswith("| +50.0 [+50.0, +50.0] * | — | -3.7 [-25.9, +18.6] |"), row
+    assert "pool the scene only for 1 of 1 (+10.0 points); log-n logits for 1 of 1 (+50.0 points)." in text
+    assert "What log-n logits leave of the fall from 1x runs from -3.7 points (`rope2d`)" in text
     assert summary.controls(summary.Study(study_json())) == "No control is measured yet."
 
 

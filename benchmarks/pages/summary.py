@@ -22,7 +22,7 @@ from benchmarks.pages.common import (
     table,
     tiny_model,
 )
-from benchmarks.stats import holm, mean_ci, paired
+from benchmarks.stats import Difference, holm, mean_ci, paired
 
 # the columns: (regime, factor of the training size); 1x is zoom at the training size
 # ("finetune", 2.0): tested at 2x after one epoch of fine-tuning there (the study's step 9); ("fmnist", "native"):
@@ -224,14 +224,38 @@ def controls(study: Study, factor: float = 2.0) -> str:
             else:
                 row.append(f"{signed(got[shared[0]] - against[shared[0]])}¹" if shared else "—")
         rows.append(row)
+    by_column: dict[int, list[tuple[str, Difference]]] = defaultdict(list)
     for (i, j), d in zip(where, holm(diffs), strict=True):
         mark = "" if d.verdict == "not separated" else " *"
         rows[i][j] = f"{signed(d.diff)} [{signed(d.low)}, {signed(d.high)}]{mark}"
+        by_column[j].append((rows[i][0], d))
     if not any(c not in ("—", "") for r in rows for c in r[2:]):
         return "No control is measured yet."
     heads = ["scheme", f"canvas {factor:g}x", *(f"{n} (points)" for n in CONTROL_NAMES.values()),
              "log-n logits against 1x (points)"]  # fmt: skip
-    return table(heads, rows)
+    return table(heads, rows) + controls_reading(by_column)
+
+
+def controls_reading(by_column: dict[int, list[tuple[str, Difference]]]) -> str:
+    """The controls table read across its rows: per control, the schemes it separates from the canvas cell and the
+    range of their differences; then the range of what log-n logits leave of the fall from 1x."""
+    parts = []
+    for j, name in enumerate(CONTROL_NAMES.values(), start=2):
+        cells = by_column.get(j, [])
+        if not cells:
+            continue
+        apart = [d.diff for _, d in cells if d.verdict != "not separated"]
+        span_ = f" ({signed(min(apart))} to {signed(max(apart))} points)" if len(apart) > 1 else (
+            f" ({signed(apart[0])} points)" if apart else "")  # fmt: skip
+        parts.append(f"{name} for {len(apart)} of {len(cells)}{span_}")
+    if not parts:
+        return ""
+    text = f"\n\nRead across the rows: separated from the canvas cell, {'; '.join(parts)}."
+    if left := by_column.get(2 + len(CONTROL_NAMES)):
+        low, high = max(left, key=lambda c: c[1].diff), min(left, key=lambda c: c[1].diff)
+        text += (f" What log-n logits leave of the fall from 1x runs from {signed(low[1].diff)} points ({low[0]}) to "
+                 f"{signed(high[1].diff)} ({high[0]}).")  # fmt: skip
+    return text
 
 
 ENTROPY_COLUMNS = [("zoom", 1.0), ("zoom", 2.0), ("zoom", 4.0), ("canvas", 2.0), ("canvas", 4.0)]
