@@ -481,6 +481,23 @@ def test_frontier_page_holds_the_fire_claim_at_the_largest_factor_and_finds_shar
     assert "No pair has two shared seeds yet." in page and "no factor above 1x has two seeds" in page
 
 
+def test_frontier_page_sets_its_schemes_fashion_mnist_runs_beside_each_other_where_they_have_them(tmp_path):
+    top1 = {"rope2d": 0.50, "fire": 0.60}  # string has no Fashion-MNIST run
+    fm = {"budget": {"img_size": 16}, "sizes": ["16", "28"],
+          "runs": [{"spec": f"{s}:patch", "seed": k} for s in top1 for k in FRONT_SEEDS],
+          "choices": {f"{s}:patch": {"method": "m"} for s in top1},
+          "records": [{"scheme": s, "stem": "patch", "method": "m", "regime": "zoom", "resolution": 28,
+                       "split": "test", "seed": k, "top1": v + 0.01 * k} for s, v in top1.items()
+                      for k in FRONT_SEEDS]}  # fmt: skip
+    page = frontier.render(frontier_json(), tmp_path, fmnist=fm)
+    assert "tested at its native 28 px" in page and "seeds per scheme: `rope2d` 3, `fire` 3." in page
+    row = next(ln for ln in page.splitlines() if ln.startswith("| `fire` − `rope2d`"))
+    assert row.endswith("| +10.0 [+10.0, +10.0] * |")  # paired by seed on the same data
+    row = next(ln for ln in page.splitlines() if ln.startswith("| `string` − `rope2d`"))
+    assert row.endswith("| — |")
+    assert "Fashion-MNIST" not in frontier.render(frontier_json(), tmp_path)  # no record: no column
+
+
 def widened(mean: float, sd: float, n: int, table: str) -> str:
     """The cell of a paired difference (mean and sd of n differences) whose interval is widened to Bonferroni's level
     over the table's comparisons (its cells with an interval)."""

@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         (folder / "protocol.md").write_text(protocol.render(proto, studies))
         print(f"wrote {folder / 'protocol.md'}")
     if front is not None:
-        (folder / "frontier.md").write_text(frontier.render(front, folder, study, read(folder / "cost.json")))
+        fmnist = read(folder / "fashion_mnist_study.json")
+        (folder / "frontier.md").write_text(frontier.render(front, folder, study, read(folder / "cost.json"), fmnist))
         print(f"wrote {folder / 'frontier.md'}")
     real = read(folder / "fashion_mnist_study.json")
     if real is not None:

@@ -7,12 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.pages.common import anchors, fill, lines, pct, signed, table
-from benchmarks.pages.summary import Study, cost_line, entropy_table, head, label, study_machines
+from benchmarks.pages.summary import Study, cost_line, entropy_table, head, label, real_line, study_machines
 from benchmarks.stats import Difference, holm, paired
 
-# the columns a page shows, of those measured (4x: the study's --far, with each scheme's chosen method)
+# the columns a page shows, of those measured (4x: the study's --far, with each scheme's chosen method; Fashion-MNIST:
+# docs/fashion_mnist_study.json's runs of these schemes, tested at the data set's native size)
 COLUMNS = [("zoom", 1.0), ("zoom", 0.75), ("zoom", 1.5), ("zoom", 2.0), ("zoom", 4.0), ("canvas", 1.5),
-           ("canvas", 2.0), ("canvas", 4.0)]  # fmt: skip
+           ("canvas", 2.0), ("canvas", 4.0), ("fmnist", "native")]  # fmt: skip
 
 
 def measured(study: Study, columns: list[tuple[str, float]]) -> list[tuple[str, float]]:
@@ -95,9 +96,11 @@ def reproductions(study: Study, main: dict | None) -> str:
     return table(heads, rows)
 
 
-def render(data: dict, folder: Path, main: dict | None = None, cost: dict | None = None) -> str:
-    """docs/frontier.md from docs/frontier.json (``main``: docs/study.json; ``cost``: docs/cost.json)."""
-    study = Study(data, cost)
+def render(data: dict, folder: Path, main: dict | None = None, cost: dict | None = None,
+           fmnist: dict | None = None) -> str:  # fmt: skip
+    """docs/frontier.md from docs/frontier.json (``main``: docs/study.json; ``cost``: docs/cost.json; ``fmnist``:
+    docs/fashion_mnist_study.json)."""
+    study = Study(data, cost, fmnist)
     columns = measured(study, COLUMNS)
     diffs = differences(study, columns)
     claim = anchors()["fire_extrapolation"]
@@ -107,6 +110,7 @@ def render(data: dict, folder: Path, main: dict | None = None, cost: dict | None
         command=data["command"],
         seeds=", ".join(f"{label(s)} {len(v)}" for s, v in seeds.items()) or "none",
         sizes=", ".join(data.get("sizes", [])),
+        real=f" {real_line(study)}" if ("fmnist", "native") in columns else "",
         cost=cost_line(cost),
         table=study.table(columns),
         differences=differences_table(study, diffs, columns) if diffs else "No pair has two shared seeds yet.",

@@ -506,18 +506,21 @@ def coverage(study: Study) -> str:
              f"--init-from ... {recipe}`), then tested there; seeds fine-tuned per scheme: "
              f"{', '.join(f'{label(s)} {len(done[s])}' for s in study.specs if s in done) or 'none'}.{fresh_text}"
              if tuned else "")  # fmt: skip
-    real = ""
-    if study.real:
-        counts = {s: len(v) for s in study.specs if (v := study.values(s, ("fmnist", "native")))}
-        seeds = ", ".join(f"{label(s)} {n}" for s, n in counts.items())
-        real = (f" Fashion-MNIST: trained at {study.real[0]} px (downsampled), tested at its native {study.real[1]} px "
-                "(zoom: the larger size carries real detail) with the method its own validation split chose "
-                f"(docs/fashion_mnist_study.json); seeds per scheme: {seeds or 'none'}.")  # fmt: skip
+    real = f" {real_line(study)}" if study.real else ""
     return (
         f"Seeds trained per scheme{of}: {', '.join(parts) or 'none'}; seeds swept on test: "
         f"{', '.join(map(str, sorted(swept))) or 'none'}. Sizes swept: {', '.join(study.data.get('sizes', []))} px"
         f"{far}.{tuned}{real}"
     )
+
+
+def real_line(study: Study) -> str:
+    """How the Fashion-MNIST column was made, with its seeds per scheme (of the schemes ``study`` has rows for)."""
+    counts = {s: len(v) for s in study.specs if (v := study.values(s, ("fmnist", "native")))}
+    seeds = ", ".join(f"{label(s)} {n}" for s, n in counts.items())
+    return (f"Fashion-MNIST: trained at {study.real[0]} px (downsampled), tested at its native {study.real[1]} px "
+            "(zoom: the larger size carries real detail) with the method its own validation split chose "
+            f"(docs/fashion_mnist_study.json); seeds per scheme: {seeds or 'none'}.")  # fmt: skip
 
 
 def span(counts: list[int]) -> str:
