@@ -252,9 +252,9 @@ def controls_reading(by_column: dict[int, list[tuple[str, Difference]]]) -> str:
         return ""
     text = f"\n\nRead across the rows: separated from the canvas cell, {'; '.join(parts)}."
     if left := by_column.get(2 + len(CONTROL_NAMES)):
-        low, high = max(left, key=lambda c: c[1].diff), min(left, key=lambda c: c[1].diff)
-        text += (f" What log-n logits leave of the fall from 1x runs from {signed(low[1].diff)} points ({low[0]}) to "
-                 f"{signed(high[1].diff)} ({high[0]}).")  # fmt: skip
+        least, most = max(left, key=lambda c: c[1].diff), min(left, key=lambda c: c[1].diff)
+        text += (f" What log-n logits leave of the fall from 1x runs from {signed(least[1].diff)} points ({least[0]}) "
+                 f"to {signed(most[1].diff)} ({most[0]}).")  # fmt: skip
     return text
 
 
