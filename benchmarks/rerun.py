@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -99,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--out {args.out} holds the study's own runs: a rerun must not overwrite them")
     flags, rule, aug, sizes = study_flags(study)
     target = Path(args.json)
-    rows = json.loads(target.read_text()).get("reruns", []) if target.is_file() else []
+    earlier = json.loads(target.read_text()) if target.is_file() else {}
+    # each row names the command that made it: one record gathers the reruns of several commands
+    rows = [{"command": earlier.get("command"), **r} for r in earlier.get("reruns", [])]
+    command = shlex.join(["python", "-m", "benchmarks.rerun", *argv])
     for spec in args.runs:
         for seed in args.seeds:
             old = recorded[(spec, seed)]
@@ -113,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             old_ckpt, new_ckpt = ROOT / old["run"] / "checkpoints" / "last.ckpt", run_dir / "checkpoints" / "last.ckpt"
             diff = weight_difference(old_ckpt, new_ckpt) if old_ckpt.is_file() else None
             configs = [ROOT / old["run"] / "config.yaml", run_dir / "config.yaml"]
-            row = {"spec": spec, "seed": seed, "study": name, "recorded": old, "rerun": new,
+            row = {"spec": spec, "seed": seed, "study": name, "command": command, "recorded": old, "rerun": new,
                    "max_weight_difference": diff,
                    "config_differences": config_differences(*configs) if all(map(Path.is_file, configs))
                    else None}  # fmt: skip

@@ -97,10 +97,14 @@ def test_a_record_since_replaced_is_read_as_committed_and_its_reruns_are_the_new
     subprocess.run([*git, "commit", "-qm", "a record"], check=True)
     (tmp_path / "study.json").write_text("{}")  # the record replaced: only git still holds its runs
     out = tmp_path / "rerun.json"
+    earlier = {"spec": "learned:patch", "seed": 0, "study": "study.json"}  # a row of a record written before rows
+    out.write_text(json.dumps({"command": "python -m benchmarks.rerun --runs learned:patch", "reruns": [earlier]}))
     args = ["--study", "HEAD:study.json", "--runs", "rope2d:patch", "--out", "runs/later", "--json", str(out)]
     assert rerun.main(args) == 0
-    (row,) = json.loads(out.read_text())["reruns"]
+    kept, row = json.loads(out.read_text())["reruns"]
+    assert kept == earlier | {"command": "python -m benchmarks.rerun --runs learned:patch"}  # its own command kept
     assert row["study"] == "HEAD:study.json" and row["recorded"]["run"] == "runs/study/rope2d-patch-seed0"
+    assert row["command"] == "python -m benchmarks.rerun " + " ".join(args)  # each row names its command
     assert row["rerun"]["run"] == "runs/later/rope2d-patch-seed0"
     with pytest.raises(SystemExit) as e:
         rerun.main([*args[:1], "HEAD:missing.json", *args[2:]])

@@ -353,18 +353,24 @@ def same_kind_reruns(reran: dict | None) -> str:
     rows = []
     for r in sorted(same, key=lambda r: (r["spec"], r["seed"])):
         old, new = r["recorded"], r["rerun"]
+        val = [x.get("best_val_top1") for x in (old, new)]
         rows.append([label(r["spec"]), str(r["seed"]), f"{pct(old['test_top1'])} ({old.get('commit', '?')})",
                      f"{pct(new['test_top1'])} ({new.get('commit', '?')})", signed(new["test_top1"] - old["test_top1"]),
-                     configs(r.get("config_differences")), weights(r.get("max_weight_difference")),
-                     new.get("hardware", "?")])  # fmt: skip
+                     "—" if None in val else signed(val[1] - val[0]), configs(r.get("config_differences")),
+                     weights(r.get("max_weight_difference")), new.get("hardware", "?")])  # fmt: skip
     gaps = [abs(r["rerun"]["test_top1"] - r["recorded"]["test_top1"]) for r in same]
-    exact, bits = gaps.count(0.0), sum(r.get("max_weight_difference") == 0 for r in same)
+    compared = [r["max_weight_difference"] for r in same if r.get("max_weight_difference") is not None]
+    exact = gaps.count(0.0)
     verdict = (f"{exact} of {len(same)} reruns on the same kind of machine give the recorded test top-1 exactly, and "
-               f"{bits} end on the same weights bit for bit")  # fmt: skip
+               f"{compared.count(0.0)} of the {len(compared)} whose recorded checkpoint is still at hand end on the "
+               "same weights bit for bit")  # fmt: skip
     verdict += "." if exact == len(same) else f"; the largest difference is {100 * max(gaps):.1f} points."
-    heads = ["scheme", "seed", "recorded test top-1 (commit)", "rerun (commit)", "difference (points)",
-             "config fields set apart", "largest weight difference", "machine"]  # fmt: skip
-    return f"{verdict} Made by `{reran['command']}`.\n\n{table(heads, rows)}"
+    commands = list(dict.fromkeys(r.get("command") or reran["command"] for r in same))
+    heads = ["scheme", "seed", "recorded test top-1 (commit)", "rerun (commit)", "test difference (points)",
+             "best validation difference (points)", "config fields set apart", "largest weight difference",
+             "machine"]  # fmt: skip
+    made = "; ".join(f"`{c}`" for c in commands)
+    return f"{verdict} Made by {made}.\n\n{table(heads, rows)}"
 
 
 def plot(study: Study, png: Path) -> None:
