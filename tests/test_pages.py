@@ -549,6 +549,28 @@ def test_augmentation_page_pairs_each_scheme_with_its_runs_without_augmentation_
     assert "No scheme has two seeds both with and without augmentation yet." in page
 
 
+def fmnist_record(top1: dict[str, float], method: str = "m") -> dict:
+    """A Fashion-MNIST study record (trained at 16 px) with each scheme's test top-1 at 28 px, +1 point per seed."""
+    return {"budget": {"img_size": 16}, "sizes": ["16", "28"],
+            "runs": [{"spec": f"{s}:patch", "seed": k} for s in top1 for k in SEEDS],
+            "choices": {f"{s}:patch": {"method": method} for s in top1},
+            "records": [{"scheme": s, "stem": "patch", "method": method, "regime": "zoom", "resolution": 28,
+                         "split": "test", "seed": k, "top1": v + 0.01 * k} for s, v in top1.items()
+                        for k in SEEDS]}  # fmt: skip
+
+
+def test_augmentation_page_sets_fashion_mnist_with_augmentation_against_it_without_seed_for_seed(tmp_path):
+    plain, aug = study_json(), study_json() | {"pos_aug": "rescale=2"}
+    with_it, without = fmnist_record({"rope2d": 0.60}), fmnist_record({"rope2d": 0.50, "learned": 0.40})
+    page = augmentation.render(aug, tmp_path, plain, fmnist=(with_it, without))
+    assert "(docs/fashion_mnist_augmentation.json); seeds per scheme: `rope2d` 3." in page
+    own, one = page.split("## With minus without, paired by seed")[1].split("## With minus without, under one method")
+    assert next(ln for ln in own.splitlines() if ln.startswith("| `rope2d`")).endswith("| +10.0 [+10.0, +10.0] * |")
+    assert next(ln for ln in own.splitlines() if ln.startswith("| `learned`")).endswith("| — |")  # no run with it
+    assert "Fashion-MNIST" not in one  # one method on both sides: `shapes` only
+    assert "Fashion-MNIST" not in augmentation.render(aug, tmp_path, plain, fmnist=(None, without))
+
+
 def test_multires_page_pairs_with_the_single_size_runs_and_states_the_share_of_the_gap_closed(tmp_path):
     plain = study_json()
     multi = study_json() | {"train_resolutions": [16, 24, 32, 48], "command": "python -m benchmarks.study --train-res"}

@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {folder / 'multires.md'}")
     aug = read(folder / "augmentation.json")
     if aug is not None:
-        (folder / "augmentation.md").write_text(augmentation.render(aug, folder, study, front))
+        fmnist = (read(folder / "fashion_mnist_augmentation.json"), read(folder / "fashion_mnist_study.json"))
+        (folder / "augmentation.md").write_text(augmentation.render(aug, folder, study, front, fmnist=fmnist))
         print(f"wrote {folder / 'augmentation.md'}")
     if study is not None:
         page, block = summary_page(folder, study)

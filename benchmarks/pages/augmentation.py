@@ -9,7 +9,7 @@ from pathlib import Path
 
 from benchmarks.pages.common import fill, held_only, machines, table
 from benchmarks.pages.frontier import COLUMNS, difference_text, measured
-from benchmarks.pages.summary import Study, head, label, labels, study_machines
+from benchmarks.pages.summary import Study, head, label, labels, real_line, study_machines
 from benchmarks.stats import holm, paired
 
 
@@ -67,24 +67,33 @@ def baseline_machines(variant: Study, baselines: list[Study]) -> list[str]:
     return lines
 
 
-def render(data: dict, folder: Path, *plain: dict | None) -> str:
+def render(
+    data: dict, folder: Path, *plain: dict | None, fmnist: tuple[dict | None, dict | None] = (None, None)
+) -> str:
     """docs/augmentation.md from docs/augmentation.json and the records without augmentation (``plain``, in order of
-    preference: docs/study.json, docs/frontier.json)."""
-    aug = Study(data)
-    bases = [Study(p) for p in plain if p]
+    preference: docs/study.json, docs/frontier.json); ``fmnist``: the Fashion-MNIST records with and without it
+    (docs/fashion_mnist_augmentation.json, docs/fashion_mnist_study.json), a column where both hold a scheme."""
+    aug = Study(data, fmnist=fmnist[0])
+    bases = [Study(p, fmnist=fmnist[1]) for p in plain if p]
     columns = measured(aug, COLUMNS)
     diffs = differences(aug, bases, columns)
     rows = [[label(s), *(difference_text(diffs.get((s, c))) for c in columns)] for s in aug.specs]
-    same = differences(aug, bases, columns, same_method=True)
-    same_rows = [[label(s), *(difference_text(same.get((s, c))) for c in columns)] for s in aug.specs]
+    # one method on both sides: `shapes` only (another data set's methods are chosen on its own validation split)
+    shapes = [c for c in columns if not isinstance(c[1], str)]
+    same = differences(aug, bases, shapes, same_method=True)
+    same_rows = [[label(s), *(difference_text(same.get((s, c))) for c in shapes)] for s in aug.specs]
     return fill(
         "augmentation.md",
         aug=data.get("pos_aug") or "?",
         command=data["command"],
         seeds=", ".join(f"{label(s)} {len(v)}" for s, v in aug.seeds().items()) or "none",
+        real=f" {real_line(aug).replace('docs/fashion_mnist_study.json', 'docs/fashion_mnist_augmentation.json')} "
+        "Its runs without augmentation: docs/fashion_mnist_study.json."
+        if ("fmnist", "native") in columns
+        else "",
         table=aug.table(columns),
         methods=table(["scheme", "method (val), with", "method (val), without"], method_rows(aug, bases)),
-        same=table(["with − without, one method (points)", *(head(*c) for c in columns)], same_rows) if same else None,
+        same=table(["with − without, one method (points)", *(head(*c) for c in shapes)], same_rows) if same else None,
         differences=table(["with − without (points)", *(head(*c) for c in columns)], rows)
         if diffs
         else "No scheme has two seeds both with and without augmentation yet.",
