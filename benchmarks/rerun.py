@@ -58,14 +58,17 @@ def config_differences(a: Path, b: Path) -> list[str]:
 def read_record(p: argparse.ArgumentParser, where: str) -> dict:
     """A study record: a file, or ``REV:PATH``, the file as committed at REV (git), or the parser's one-line error."""
     path = Path(where)
-    if path.is_file():
-        return json.loads(path.read_text())
+    text = path.read_text() if path.is_file() else None
     rev, sep, rel = where.partition(":")
-    if sep and rev and rel:
+    if text is None and sep and rev and rel:
         shown = subprocess.run(["git", "show", f"{rev}:{rel}"], cwd=ROOT, capture_output=True, text=True)
-        if shown.returncode == 0:
-            return json.loads(shown.stdout)
-    p.error(f"no study record at {where} (a file, or REV:PATH as committed at REV)")
+        text = shown.stdout if shown.returncode == 0 else None
+    if text is None:
+        p.error(f"no study record at {where} (a file, or REV:PATH as committed at REV)")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        p.error(f"{where} is not a study record: {e}")
 
 
 def study_flags(study: dict) -> tuple[list[str], dict, str | None, list[int] | None]:

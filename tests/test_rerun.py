@@ -106,9 +106,11 @@ def test_a_record_since_replaced_is_read_as_committed_and_its_reruns_are_the_new
     assert row["study"] == "HEAD:study.json" and row["recorded"]["run"] == "runs/study/rope2d-patch-seed0"
     assert row["command"] == "python -m benchmarks.rerun " + " ".join(args)  # each row names its command
     assert row["rerun"]["run"] == "runs/later/rope2d-patch-seed0"
-    with pytest.raises(SystemExit) as e:
-        rerun.main([*args[:1], "HEAD:missing.json", *args[2:]])
-    assert e.value.code == 2
+    for bad in ("HEAD:missing.json", str(tmp_path / "rerun.json.partial")):
+        (tmp_path / "rerun.json.partial").write_text("{not json")
+        with pytest.raises(SystemExit) as e:
+            rerun.main([*args[:1], bad, *args[2:]])
+        assert e.value.code == 2  # the parser's one-line error, not a traceback
 
 
 def test_config_differences_name_the_fields_two_runs_set_apart_but_where_they_went(tmp_path):

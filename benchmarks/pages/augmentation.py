@@ -87,8 +87,8 @@ def render(
         aug=data.get("pos_aug") or "?",
         command=data["command"],
         seeds=", ".join(f"{label(s)} {len(v)}" for s, v in aug.seeds().items()) or "none",
-        real=f" {real_line(aug).replace('docs/fashion_mnist_study.json', 'docs/fashion_mnist_augmentation.json')} "
-        "Its runs without augmentation: docs/fashion_mnist_study.json."
+        real=f" {real_line(aug, 'docs/fashion_mnist_augmentation.json')} Its runs without augmentation: "
+        "docs/fashion_mnist_study.json."
         if ("fmnist", "native") in columns
         else "",
         table=aug.table(columns),

@@ -520,13 +520,14 @@ def coverage(study: Study) -> str:
     )
 
 
-def real_line(study: Study) -> str:
-    """How the Fashion-MNIST column was made, with its seeds per scheme (of the schemes ``study`` has rows for)."""
+def real_line(study: Study, record: str = "docs/fashion_mnist_study.json") -> str:
+    """How the Fashion-MNIST column was made (by ``record``), with its seeds per scheme (of the schemes ``study`` has
+    rows for)."""
     counts = {s: len(v) for s in study.specs if (v := study.values(s, ("fmnist", "native")))}
     seeds = ", ".join(f"{label(s)} {n}" for s, n in counts.items())
     return (f"Fashion-MNIST: trained at {study.real[0]} px (downsampled), tested at its native {study.real[1]} px "
             "(zoom: the larger size carries real detail) with the method its own validation split chose "
-            f"(docs/fashion_mnist_study.json); seeds per scheme: {seeds or 'none'}.")  # fmt: skip
+            f"({record}); seeds per scheme: {seeds or 'none'}.")  # fmt: skip
 
 
 def span(counts: list[int]) -> str:
