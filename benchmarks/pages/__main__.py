@@ -13,6 +13,7 @@ from benchmarks.pages import (
     diagnostics,
     export,
     frontier,
+    logn,
     multires,
     performance,
     performance_compile,
@@ -94,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     if multi is not None:
         (folder / "multires.md").write_text(multires.render(multi, folder, study, read(folder / "multires_no16.json")))
         print(f"wrote {folder / 'multires.md'}")
+    scaled = read(folder / "logn.json")
+    if scaled is not None:
+        (folder / "logn.md").write_text(logn.render(scaled, folder))
+        print(f"wrote {folder / 'logn.md'}")
     aug = read(folder / "augmentation.json")
     if aug is not None:
         fmnist = (read(folder / "fashion_mnist_augmentation.json"), read(folder / "fashion_mnist_study.json"))
