@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     target = Path(args.json)
     records: list[dict] = json.loads(target.read_text()).get("records", []) if target.is_file() else []
     choices = study.get("choices", {})
+    # the records of an earlier choice's method go: the page reads each scheme's current method only
+    records[:] = [r for r in records if r["sweep"]["method"] == choices.get(r["spec"], {}).get("method")]
     named = str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
     from benchmarks.study import sweep_checkpoint  # after the arguments: it imports torch
 

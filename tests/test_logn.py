@@ -76,6 +76,11 @@ def test_each_checkpoint_is_measured_both_ways_on_both_splits_once_with_its_chos
     assert row == "| `rope2d` | `interpolate` | 51.0 ±2.5 | -5.0 [-5.0, -5.0] * |"
     assert "log-n raises the mean over these sizes for `rope2d`: a study offering the scaling" in text
     assert "its first 1,000 images per cell" in text
+    chosen = json.loads(record.read_text())
+    chosen["choices"]["rope2d:patch"]["method"] = "yarn"  # validation chose again: the old method's records go
+    record.write_text(json.dumps(chosen))
+    assert logn.main(argv) == 0 and len(calls) == 24 and {c[4] for c in calls[12:]} == {("yarn",)}
+    assert {r["sweep"]["method"] for r in json.loads(out.read_text())["records"]} == {"yarn"}
 
 
 def test_bad_sizes_or_a_bad_record_get_the_parsers_one_line_error(tmp_path, record, capsys):
