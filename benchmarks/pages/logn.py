@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from benchmarks.common import MAIN_RUNS
 from benchmarks.pages.common import cell, fill, machines, table
 from benchmarks.pages.frontier import difference_text
-from benchmarks.pages.summary import label, labels
+from benchmarks.pages.summary import label, labels, page_order
 from benchmarks.stats import Difference, holm, paired
 
 
@@ -21,11 +20,6 @@ def cells(data: dict) -> dict[tuple[str, str, str, int], dict[int, float]]:
     return out
 
 
-def specs_of(data: dict) -> list[str]:
-    present = {r["spec"] for r in data.get("records", [])}
-    return [s for s in MAIN_RUNS if s in present] + sorted(present - set(MAIN_RUNS))
-
-
 def gain(got: dict, spec: str, split: str, size: int) -> Difference | None:
     """With log-n minus as it is, paired by seed (the same checkpoint twice), or None below two shared seeds."""
     x, y = got.get((spec, split, "logn", size), {}), got.get((spec, split, "none", size), {})
@@ -35,7 +29,7 @@ def gain(got: dict, spec: str, split: str, size: int) -> Difference | None:
 
 def render(data: dict, folder: Path) -> str:
     got = cells(data)
-    specs, train = specs_of(data), data["train_size"]
+    specs, train = page_order({r["spec"] for r in data.get("records", [])}), data["train_size"]
     sizes = [int(s) for s in data["sizes"]]
     found = {(s, z): d for s in specs for z in sizes if (d := gain(got, s, "test", z)) is not None}
     corrected = dict(zip(found, holm(list(found.values())), strict=True))

@@ -82,6 +82,11 @@ def cost_line(cost: dict | None) -> str:
             f"{cost['patch_size']}): the median of per-round ratios, (lowest-highest round).")  # fmt: skip
 
 
+def page_order(specs: set[str]) -> list[str]:
+    """Schemes in the order every page lists them: the main runs in theirs, then the others by name."""
+    return [s for s in MAIN_RUNS if s in specs] + sorted(specs - set(MAIN_RUNS))
+
+
 class Study:
     """The study's JSON read for the pages: per scheme and column, the test top-1 of each seed under the scheme's
     validation-chosen method."""
@@ -113,7 +118,7 @@ class Study:
         for f in data.get("finetuned", []):
             self.cells[(f["spec"], "finetune", f["size"] / self.train)][f["seed"]] = f["top1"]
         present = {r["spec"] for r in data.get("runs", [])}
-        self.specs = [s for s in MAIN_RUNS if s in present] + sorted(present - set(MAIN_RUNS))
+        self.specs = page_order(present)
         self.real = None  # (training size, native size) of the Fashion-MNIST study
         self.real_choices: dict = {}  # its methods, chosen on its own validation split
         if fmnist and fmnist.get("records"):
