@@ -1,4 +1,5 @@
-"""python -m benchmarks.pages [DIR]: every page whose JSON is in docs/ (or DIR), and the README's summary table."""
+"""python -m benchmarks.pages [DIR]: every page whose JSON is in docs/ (or DIR); for docs/ also the README's summary
+table and the catalogue of pages, docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from benchmarks.pages import (
     augmentation,
+    catalogue,
     claims,
     data,
     diagnostics,
@@ -111,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         if folder == DOCS:
             README.write_text(readme_with(block, README.read_text()))
             print(f"wrote {README}'s summary table")
+    if folder == DOCS:  # the catalogue of every page names every record, so only docs/ holds them all
+        (folder / "benchmarks.md").write_text(catalogue.render(folder))
+        print(f"wrote {folder / 'benchmarks.md'}")
     return 0
 
 
