@@ -16,9 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import cache, partial
 from pathlib import Path
 
-from benchmarks.common import ROOT, fingerprint, provenance, write_record
+from benchmarks.common import ROOT, fingerprint, write_record
 
 SCALINGS = ("none", "logn")
 
@@ -46,26 +47,25 @@ def main(argv: list[str] | None = None) -> int:
     # the records of an earlier choice's method go: the page reads each scheme's current method only
     records[:] = [r for r in records if r["sweep"]["method"] == choices.get(r["spec"], {}).get("method")]
     named = str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
-    from benchmarks.study import sweep_checkpoint  # after the arguments: it imports torch
+    from benchmarks import study as st  # after the arguments: it imports torch
 
+    def save() -> None:
+        write_record(target, "logn.py", argv, study=named, train_size=train, sizes=sizes, records=records)
+
+    cells = None
     for run in study.get("runs", []):
         ckpt = ROOT / run["run"] / "checkpoints" / "last.ckpt"
         method = choices.get(run["spec"], {}).get("method")
         if method is None or not ckpt.is_file():
             continue
+        if cells is None:  # a study's runs share one data set: its split sizes from the first checkpoint's config
+            cells = st.Cells(records, save, cache(partial(st.checkpoint_split_size, ckpt)))
         sha = fingerprint(ckpt)
         for split, limit in (("val", args.val_limit), ("test", None)):
             for scaling in SCALINGS:
                 key = {"split": split, "sizes": sizes, "limit": limit, "logit_scaling": scaling, "method": method}
-                if any(r["ckpt_sha256"] == sha and r["sweep"] == key for r in records):
-                    continue  # this checkpoint is measured so already
-                stamp = provenance() | {"ckpt_sha256": sha, "train_commit": run.get("commit"), "sweep": key,
-                                        "spec": run["spec"], "seed": run["seed"], "run": run["run"]}  # fmt: skip
-                fresh = sweep_checkpoint(ckpt, split, sizes, limit, [method], ("zoom",), logit_scaling=scaling)
-                records[:] = [r for r in records if not (r["run"] == run["run"] and r["sweep"] == key)]
-                records.extend(r | stamp for r in fresh)
-                write_record(target, "logn.py", argv, study=named, train_size=train, sizes=sizes,
-                             records=records)  # fmt: skip
+                cells.measure(run, ckpt, sha, key, split, sizes, limit, [method], ("zoom",),
+                              extra={"spec": run["spec"]}, logit_scaling=scaling)  # fmt: skip
     if not records:
         p.error(f"{args.study}: no run with a checkpoint and a chosen method to measure")
     return 0

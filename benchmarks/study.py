@@ -49,8 +49,9 @@ import math
 import os
 import sys
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
 
@@ -212,6 +213,13 @@ def split_size(cfg: Config, split: str) -> int:
     return len(dm.eval_dataset(cfg.model.img_size, split))
 
 
+def checkpoint_split_size(ckpt: Path, split: str) -> int:
+    """The images of ``split`` of the data set a checkpoint was trained on (its saved config)."""
+    from vitpos.checkpoint import config_from_checkpoint, load_checkpoint
+
+    return split_size(config_from_checkpoint(load_checkpoint(ckpt)), split)
+
+
 def complete(fresh: list[dict], expected: int, where: Path) -> list[dict]:
     """The records that counted every image they were asked to (a run stopped early, by a signal say, counts
     fewer); those that did not are reported and left out, so the next pass sweeps them again."""
@@ -219,6 +227,34 @@ def complete(fresh: list[dict], expected: int, where: Path) -> list[dict]:
     if short:
         print(f"{where}: {len(short)} cell(s) counted fewer than {expected} images; not recorded", flush=True)
     return [] if short else fresh
+
+
+@dataclass
+class Cells:
+    """A record's resolution cells: each sweep of a checkpoint measured once, stamped with where it was made, the
+    record written after each sweep."""
+
+    records: list[dict]
+    save: Callable[[], None]
+    images: Callable[[str], int]  # the images of a split, all of which a sweep without a limit must count
+
+    def has(self, sha: str, sweep: dict) -> bool:
+        """Whether this sweep of the checkpoint with this SHA-256 is in the record."""
+        return any(r.get("ckpt_sha256") == sha and r.get("sweep") == sweep for r in self.records)
+
+    def measure(self, run: dict, ckpt: Path, sha: str, sweep: dict, *how, extra: dict | None = None,
+                **control: str) -> None:  # fmt: skip
+        """``sweep_checkpoint(ckpt, *how, **control)``'s records under ``sweep``, unless that sweep of this checkpoint
+        is recorded; they replace its earlier records of the same sweep. Each cell must count the sweep's limit of
+        images, or its whole split."""
+        if self.has(sha, sweep):
+            return
+        stamp = provenance() | {"ckpt_sha256": sha, "train_commit": run.get("commit"), **(extra or {})}
+        n = self.images(sweep["split"])
+        fresh = complete(sweep_checkpoint(ckpt, *how, **control), min(sweep["limit"] or n, n), ckpt)
+        self.records[:] = [r for r in self.records if not (r["checkpoint"] == str(ckpt) and r.get("sweep") == sweep)]
+        self.records.extend(r | stamp | {"sweep": sweep, "seed": run["seed"], "run": run["run"]} for r in fresh)
+        self.save()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,23 +355,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs[run["run"]] = run
     save()
 
-    def recorded(sha: str, sweep: dict) -> bool:
-        """Whether this sweep of the checkpoint with this SHA-256 is in the record."""
-        return any(r.get("ckpt_sha256") == sha and r.get("sweep") == sweep for r in records)
-
-    def record(run: dict, ckpt: Path, sha: str, sweep: dict, *how, extra: dict | None = None,
-               **control: str) -> None:  # fmt: skip
-        """``sweep_checkpoint(ckpt, *how, **control)``'s records under ``sweep``, unless that sweep of this checkpoint
-        is recorded; they replace its earlier records of the same sweep, stamped with where they were made. Each cell
-        must count the sweep's limit of images, or its whole split."""
-        if recorded(sha, sweep):
-            return
-        stamp = provenance() | {"ckpt_sha256": sha, "train_commit": run.get("commit"), **(extra or {})}
-        n = images(sweep["split"])
-        fresh = complete(sweep_checkpoint(ckpt, *how, **control), min(sweep["limit"] or n, n), ckpt)
-        records[:] = [r for r in records if not (r["checkpoint"] == str(ckpt) and r.get("sweep") == sweep)]
-        records.extend(r | stamp | {"sweep": sweep, "seed": run["seed"], "run": run["run"]} for r in fresh)
-        save()
+    cells = Cells(records, save, images)
 
     def trained(chosen: bool = False) -> Iterator[tuple[dict, Path, str, str | None]]:
         """Each run with a last checkpoint (``chosen``: and a method chosen for its scheme): the run, the checkpoint,
@@ -354,11 +374,11 @@ def main(argv: list[str] | None = None) -> int:
         for run, ckpt, sha, method in trained():
             sweep = {"split": split, "sizes": args.sizes, "limit": limit}
             if split == "test" and args.test_methods == "chosen" and method is not None:
-                if recorded(sha, sweep):
+                if cells.has(sha, sweep):
                     continue  # every method is tested already, the chosen one with them
-                record(run, ckpt, sha, sweep | {"method": method}, split, args.sizes, limit, [method])
+                cells.measure(run, ckpt, sha, sweep | {"method": method}, split, args.sizes, limit, [method])
             else:
-                record(run, ckpt, sha, sweep, split, args.sizes, limit)
+                cells.measure(run, ckpt, sha, sweep, split, args.sizes, limit)
 
     # the records of an earlier choice's method (controls, far sizes) go: a page reads the current choice only
     stale = [
@@ -373,13 +393,13 @@ def main(argv: list[str] | None = None) -> int:
     for run, ckpt, sha, method in trained(chosen=True) if args.controls and above else ():
         for name, control in CONTROLS.items():
             sweep = {"split": "test", "sizes": above, "limit": None, "control": name, "method": method}
-            record(run, ckpt, sha, sweep, "test", above, None, [method], ("canvas",),
-                   extra={"control": name}, **control)  # fmt: skip
+            cells.measure(run, ckpt, sha, sweep, "test", above, None, [method], ("canvas",),
+                          extra={"control": name}, **control)  # fmt: skip
 
     # 6. the far sizes: test, the chosen method only
     for run, ckpt, sha, method in trained(chosen=True) if args.far else ():
         sweep = {"split": "test", "sizes": args.far, "limit": None, "method": method}
-        record(run, ckpt, sha, sweep, "test", args.far, None, [method])
+        cells.measure(run, ckpt, sha, sweep, "test", args.far, None, [method])
 
     # 7. attention entropy at each size and regime, with each scheme's chosen method
     for run, ckpt, sha, method in trained(chosen=True):

@@ -40,6 +40,7 @@ def fake_sweep(calls: list):
         shift = {("test", "logn"): -0.05, ("val", "logn"): 0.01}.get((split, control["logit_scaling"]), 0.0)
         return [
             {
+                "checkpoint": str(ckpt),
                 "scheme": "rope2d",
                 "stem": "patch",
                 "method": methods[0],
@@ -59,6 +60,7 @@ def test_each_checkpoint_is_measured_both_ways_on_both_splits_once_with_its_chos
                                                                                          monkeypatch):  # fmt: skip
     calls: list = []
     monkeypatch.setattr(study, "sweep_checkpoint", fake_sweep(calls))
+    monkeypatch.setattr(study, "checkpoint_split_size", lambda ckpt, split: 2000)
     out = tmp_path / "logn.json"
     argv = ["--study", str(record), "--json", str(out)]
     assert logn.main(argv) == 0
@@ -81,6 +83,15 @@ def test_each_checkpoint_is_measured_both_ways_on_both_splits_once_with_its_chos
     record.write_text(json.dumps(chosen))
     assert logn.main(argv) == 0 and len(calls) == 24 and {c[4] for c in calls[12:]} == {("yarn",)}
     assert {r["sweep"]["method"] for r in json.loads(out.read_text())["records"]} == {"yarn"}
+
+
+def test_a_cell_that_counted_fewer_images_than_its_split_is_not_recorded(tmp_path, record, monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(study, "sweep_checkpoint", fake_sweep(calls))
+    monkeypatch.setattr(study, "checkpoint_split_size", lambda ckpt, split: 2500)  # the fake counts 2000 on test
+    out = tmp_path / "logn.json"
+    assert logn.main(["--study", str(record), "--json", str(out)]) == 0
+    assert {r["split"] for r in json.loads(out.read_text())["records"]} == {"val"}  # test cells come back next pass
 
 
 def test_bad_sizes_or_a_bad_record_get_the_parsers_one_line_error(tmp_path, record, capsys):
