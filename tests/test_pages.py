@@ -10,7 +10,7 @@ import re
 import pytest
 import scipy.stats
 import torch
-from helpers import ROOT
+from helpers import ROOT, tables
 
 import vitpos
 from benchmarks import stats
@@ -230,6 +230,35 @@ def test_the_readme_table_is_the_one_rendered_from_docs_study_json(tmp_path):
     between = readme.split(pages.START)[1].split(pages.END)[0].strip()
     assert between == block.strip()
     assert not re.search(r"\d+\.\d ?%", readme.split(pages.START)[0]), "hand-copied numbers above the table"
+
+
+def regime_record(test_methods: tuple[str, ...]) -> dict:
+    """rope2d at 3 seeds: over both regimes validation picks `interpolate`; within zoom alone it picks `yarn`."""
+    val = {("zoom", "interpolate"): 0.60, ("zoom", "yarn"): 0.70, ("canvas", "interpolate"): 0.60,
+           ("canvas", "yarn"): 0.30}  # fmt: skip
+    records = []
+    for (regime, method), v in val.items():
+        for k in SEEDS:
+            base = {"scheme": "rope2d", "stem": "patch", "method": method, "regime": regime, "resolution": 64,
+                    "seed": k}  # fmt: skip
+            records.append(base | {"split": "val", "top1": v + 0.01 * k})
+            if method in test_methods:  # on test, yarn is 5 points above interpolate under zoom, seed for seed
+                records.append(base | {"split": "test", "top1": v - 0.05 * (method == "interpolate") + 0.02 * k})
+                records.append(base | {"split": "test", "top1": 0.0, "control": "logn"})  # never read
+    choices = {"rope2d:patch": {"method": "interpolate", "val_mean": {"interpolate": 0.6, "yarn": 0.5}, "cells": 6}}
+    return {"budget": {"img_size": 32}, "choices": choices, "records": records}
+
+
+def test_regime_split_names_a_pick_the_pooled_choice_hides_and_checks_it_on_test():
+    text = protocol.regime_split({"study": regime_record(("interpolate", "yarn"))})
+    row = next(r for r in tables(text)[0] if r[0] == "`rope2d:patch`")
+    assert row == ["`rope2d:patch`", "zoom", "`interpolate`", "`yarn`", "+10.0", "3", "+15.0 [+15.0, +15.0] *"]
+    assert len(tables(text)[0]) == 2  # canvas agrees with the pooled pick: no row
+    only = protocol.regime_split({"study": regime_record(("interpolate",))})
+    assert tables(only)[0][1][-2:] == ["—", "— (test swept with the pooled pick only)"]
+    agreeing = regime_record(("interpolate", "yarn"))
+    agreeing["records"] = [r for r in agreeing["records"] if r["regime"] == "canvas"]
+    assert protocol.regime_split({"study": agreeing}).startswith("Within each regime, validation picks the method")
 
 
 def test_protocol_page_states_the_rule_and_the_methods_chosen_on_validation():

@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from statistics import mean
+
 from benchmarks.pages.common import fill, pct, signed, table, tiny_model
+from benchmarks.pages.frontier import difference_text
+from benchmarks.stats import Difference, holm, paired
 
 
 def rule_text(rule: dict) -> str:
@@ -102,6 +107,53 @@ def method_table(studies: dict[str, dict | None]) -> str:
     return "\n\n".join([table(heads, rows), *notes, *filter(None, [unsettled, unchosen(choices)])])
 
 
+def per_seed(record: dict, split: str, spec: str, regime: str, sizes: set[int]) -> dict[str, dict[int, float]]:
+    """method -> {seed: mean top-1 over ``sizes``} of a record's plain sweep cells (no control) of one scheme and
+    regime on ``split``; a seed counts only where it has every one of the sizes."""
+    got: dict[str, dict[int, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    for r in record.get("records", []):
+        plain = "control" not in r and "control" not in r.get("sweep", {})
+        if (
+            plain
+            and (r["split"], r["regime"], f"{r['scheme']}:{r['stem']}") == (split, regime, spec)
+            and (r["resolution"] in sizes)
+        ):
+            got[r["method"]][r["seed"]][r["resolution"]] = r["top1"]
+    return {m: {k: mean(v.values()) for k, v in by_seed.items() if set(v) == sizes} for m, by_seed in got.items()}
+
+
+def regime_split(studies: dict[str, dict | None]) -> str:
+    """Where the method validation picks within one regime differs from the one picked over both: each such scheme
+    and regime, the validation margin, and on test (where the record swept both methods) the regime's pick minus the
+    pooled pick, paired by seed and Holm-corrected over the table."""
+    rows: list[tuple[list[str], Difference | None]] = []
+    for spec, (c, name) in sorted(chosen_methods(studies).items()):
+        record = studies[name] or {}
+        train = int(record["budget"]["img_size"])
+        val_sizes = {r["resolution"] for r in record.get("records", []) if r["split"] == "val"} - {train}
+        for regime in ("zoom", "canvas"):
+            sizes = {s for s in val_sizes if any(r["split"] == "val" and r["regime"] == regime and r["resolution"] == s
+                                                 for r in record["records"])}  # fmt: skip
+            val = {m: mean(v.values()) for m, v in per_seed(record, "val", spec, regime, sizes).items() if v}
+            if c["method"] not in val or max(val, key=lambda m: (val[m], m)) == c["method"]:
+                continue
+            best = max(val, key=lambda m: (val[m], m))
+            test = per_seed(record, "test", spec, regime, sizes)
+            a, b = test.get(best, {}), test.get(c["method"], {})
+            seeds = sorted(set(a) & set(b))
+            diff = paired([a[k] for k in seeds], [b[k] for k in seeds]) if len(seeds) >= 2 else None
+            rows.append(([f"`{spec}`", regime, f"`{c['method']}`", f"`{best}`", signed(val[best] - val[c["method"]]),
+                          str(len(seeds)) if diff else "—"], diff))  # fmt: skip
+    if not rows:
+        return "Within each regime, validation picks the method it picks over both, for every scheme."
+    corrected = iter(holm([d for _, d in rows if d is not None]))
+    cells = [[*r, difference_text(next(corrected)) if d is not None else "— (test swept with the pooled pick only)"]
+             for r, d in rows]  # fmt: skip
+    heads = ["scheme", "regime", "picked over both", "picked in this regime", "validation margin (points)",
+             "seeds on test", "test: regime's pick minus pooled pick (points)"]  # fmt: skip
+    return table(heads, cells)
+
+
 def studied_seeds(specs: list[str], *records: dict | None) -> str:
     """How many seeds of each scheme the study records hold (the runs a page can read) and their mean best validation
     top-1, e.g. "`liere:patch` none": what seed 0 alone chose, seen over every seed."""
@@ -183,5 +235,6 @@ def render(protocol: dict, studies: dict[str, dict | None]) -> str:
         top_detail=", ".join(f"`{s}` {pct(v)}" for s, v in list(top["seed0_val"].items())[:6]),
         top_seeds=studied_seeds(top["chosen"], *studies.values()),
         methods=method_table(studies),
+        regimes=regime_split(studies),
         command=protocol["command"],
     )
