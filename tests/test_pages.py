@@ -259,6 +259,8 @@ def test_regime_split_names_a_pick_the_pooled_choice_hides_and_checks_it_on_test
     agreeing = regime_record(("interpolate", "yarn"))
     agreeing["records"] = [r for r in agreeing["records"] if r["regime"] == "canvas"]
     assert protocol.regime_split({"study": agreeing}).startswith("Within each regime, validation picks the method")
+    agreeing["records"] = [r for r in agreeing["records"] if r["split"] == "test"]
+    assert protocol.regime_split({"study": agreeing}) == "No validation sweep per regime to compare yet."
 
 
 def test_protocol_page_states_the_rule_and_the_methods_chosen_on_validation():
@@ -688,6 +690,7 @@ def test_the_real_data_page_derives_its_columns_from_its_sizes_and_pairs_the_rul
     assert "| scheme | 1x | method (val) | zoom 1.75x | canvas 1.75x |" in page  # 0.75x has no cell: left out
     assert "downsampled to 16 px" in page and "native 28 px" in page
     assert "Not measured yet: no record with the rule off" in page
+    assert "No validation sweep per regime to compare yet." in page  # the page reads the regimes' choices
     off = fm({("learned", "zoom", 16): 0.8, ("learned", "zoom", 28): 0.7, ("learned", "canvas", 28): 0.6},
              ("learned",))  # fmt: skip
     page = real_data.render(on, tmp_path, off)

@@ -127,6 +127,7 @@ def regime_split(studies: dict[str, dict | None]) -> str:
     and regime, the validation margin, and on test (where the record swept both methods) the regime's pick minus the
     pooled pick, paired by seed and Holm-corrected over the table."""
     rows: list[tuple[list[str], Difference | None]] = []
+    compared = 0
     for spec, (c, name) in sorted(chosen_methods(studies).items()):
         record = studies[name] or {}
         train = int(record["budget"]["img_size"])
@@ -135,7 +136,10 @@ def regime_split(studies: dict[str, dict | None]) -> str:
             sizes = {s for s in val_sizes if any(r["split"] == "val" and r["regime"] == regime and r["resolution"] == s
                                                  for r in record["records"])}  # fmt: skip
             val = {m: mean(v.values()) for m, v in per_seed(record, "val", spec, regime, sizes).items() if v}
-            if c["method"] not in val or max(val, key=lambda m: (val[m], m)) == c["method"]:
+            if c["method"] not in val:
+                continue
+            compared += 1
+            if max(val, key=lambda m: (val[m], m)) == c["method"]:
                 continue
             best = max(val, key=lambda m: (val[m], m))
             test = per_seed(record, "test", spec, regime, sizes)
@@ -144,6 +148,8 @@ def regime_split(studies: dict[str, dict | None]) -> str:
             diff = paired([a[k] for k in seeds], [b[k] for k in seeds]) if len(seeds) >= 2 else None
             rows.append(([f"`{spec}`", regime, f"`{c['method']}`", f"`{best}`", signed(val[best] - val[c["method"]]),
                           str(len(seeds)) if diff else "—"], diff))  # fmt: skip
+    if not compared:
+        return "No validation sweep per regime to compare yet."
     if not rows:
         return "Within each regime, validation picks the method it picks over both, for every scheme."
     corrected = iter(holm([d for _, d in rows if d is not None]))

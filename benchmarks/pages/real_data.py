@@ -11,6 +11,7 @@ from pathlib import Path
 from benchmarks.pages.augmentation import differences, method_rows
 from benchmarks.pages.common import anchors, fill, pct, signed, table
 from benchmarks.pages.frontier import difference_text, measured
+from benchmarks.pages.protocol import regime_split
 from benchmarks.pages.summary import Study, head, label, study_machines
 from benchmarks.stats import holm, paired
 
@@ -108,6 +109,7 @@ def render(data: dict, folder: Path, off: dict | None = None) -> str:
         table=study.table(columns),
         upsampled=upsampled_line(data),
         methods=table(["scheme", "method (val)"], [row[:2] for row in method_rows(study, [])]),
+        regimes=regime_split({"fashion_mnist_study": data}),
         rule=rule_section(study, Study(off) if off else None, columns),
         ordering=ordering_section(study),
         machines=study_machines(data),
