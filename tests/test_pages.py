@@ -449,6 +449,11 @@ def test_same_kind_reruns_count_exact_agreement_and_leave_other_machines_to_the_
     assert "| `sincos2d` | 0 | 95.0 (aaa) | 95.0 (bbb) | +0.0 | +0.1 | none | — | 1 x CPU |" in text
     assert "Made by `python -m benchmarks.rerun`; `python -m benchmarks.rerun --study abc:x.json`." in text
     assert "`relbias`" not in text  # another kind of machine: not a same-kind rerun
+    assert "the runs docs/study.json holds now" not in text
+    later["rerun"]["ckpt_sha256"] = "beef"  # the study now holds this rerun's checkpoint: its record is the earlier one
+    text = summary.same_kind_reruns(reran, {"runs": [{"ckpt_sha256": "beef"}, {"spec": "none:patch"}]})
+    assert ("1 of these reruns (commit bbb) are the runs docs/study.json holds now: the record they are set against "
+            "is the study's earlier one (commit aaa).") in text  # fmt: skip
     assert summary.same_kind_reruns(None).startswith("No run has been trained again")
 
 

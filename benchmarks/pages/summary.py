@@ -341,10 +341,11 @@ def reruns(pairs: list[tuple[str, dict | None, str, dict | None]]) -> str:
                   "first: machine, commit", "again: machine, commit"], rows)  # fmt: skip
 
 
-def same_kind_reruns(reran: dict | None) -> str:
+def same_kind_reruns(reran: dict | None, study: dict | None = None) -> str:
     """docs/rerun.json (benchmarks/rerun.py): each recorded run trained again by its study's flags on the same kind
     of machine, its test top-1 beside the record's, the largest difference of their last weights, and a verdict line
-    counting those that agree exactly."""
+    counting those that agree exactly; where reruns are the runs ``study`` (docs/study.json) now holds (the same
+    checkpoints), a line says so: their record is the study's earlier one."""
     same = [r for r in (reran or {}).get("reruns", []) if r["recorded"].get("hardware") == r["rerun"].get("hardware")]
     if not same:
         return "No run has been trained again on the same kind of machine yet (`python -m benchmarks.rerun`)."
@@ -375,6 +376,13 @@ def same_kind_reruns(reran: dict | None) -> str:
              "best validation difference (points)", "config fields set apart", "largest weight difference",
              "machine"]  # fmt: skip
     made = "; ".join(f"`{c}`" for c in commands)
+    held = {r.get("ckpt_sha256") for r in (study or {}).get("runs", [])} - {None}
+    own = [r for r in same if r["rerun"].get("ckpt_sha256") in held]
+    if own:
+        at = ", ".join(sorted({r["rerun"].get("commit", "?") for r in own}))
+        before = ", ".join(sorted({r["recorded"].get("commit", "?") for r in own}))
+        verdict += (f" {len(own)} of these reruns (commit {at}) are the runs docs/study.json holds now: the record "
+                    f"they are set against is the study's earlier one (commit {before}).")  # fmt: skip
     return f"{verdict} Made by {made}.\n\n{table(heads, rows)}"
 
 
@@ -704,7 +712,7 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
         shuffle=shuffle_table(study),
         noise=ceiling_noise(study),
         reruns=reruns([("study", data, "rules", earlier), ("claims", claimed, "others", others)]),
-        same_kind=same_kind_reruns(reran),
+        same_kind=same_kind_reruns(reran, data),
         machines=study_machines(data, others if held else None, held),
         not_measured=not_measured(study, fmnist),
     )
