@@ -131,17 +131,17 @@ def regime_split(studies: dict[str, dict | None]) -> str:
     for spec, (c, name) in sorted(chosen_methods(studies).items()):
         record = studies[name] or {}
         train = int(record["budget"]["img_size"])
-        val_sizes = {r["resolution"] for r in record.get("records", []) if r["split"] == "val"} - {train}
-        for regime in ("zoom", "canvas"):
-            sizes = {s for s in val_sizes if any(r["split"] == "val" and r["regime"] == regime and r["resolution"] == s
-                                                 for r in record["records"])}  # fmt: skip
+        val_sizes = {regime: {r["resolution"] for r in record.get("records", [])
+                              if r["split"] == "val" and r["regime"] == regime} - {train}
+                     for regime in ("zoom", "canvas")}  # fmt: skip
+        for regime, sizes in val_sizes.items():
             val = {m: mean(v.values()) for m, v in per_seed(record, "val", spec, regime, sizes).items() if v}
             if c["method"] not in val:
                 continue
             compared += 1
-            if max(val, key=lambda m: (val[m], m)) == c["method"]:
-                continue
             best = max(val, key=lambda m: (val[m], m))
+            if best == c["method"]:
+                continue
             test = per_seed(record, "test", spec, regime, sizes)
             a, b = test.get(best, {}), test.get(c["method"], {})
             seeds = sorted(set(a) & set(b))
