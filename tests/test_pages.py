@@ -421,8 +421,11 @@ def test_reruns_table_sets_each_run_of_two_records_side_by_side_and_names_both_m
     # a record that reuses the study's own checkpoint holds the same run, not a rerun of it
     data["runs"][0]["ckpt_sha256"] = "f00d"
     reused = {"budget": data["budget"], "runs": [data["runs"][0] | {"commit": "aaa"}]}
-    (row,) = [ln for ln in summary.reruns([("study", data, "rules", reused)]).splitlines() if "`learned`" in ln]
-    assert "| same run |" in row
+    text = summary.reruns([("study", data, "rules", reused), ("study", data, "others", again)])
+    assert text.endswith(
+        "\n\n1 run of the study record is the rules record's own (the same checkpoint): no rerun to compare."
+    )
+    assert [ln for ln in text.splitlines() if "`learned`" in ln] == [rows[1]]  # only the real rerun is set out
 
 
 def test_same_kind_reruns_count_exact_agreement_and_leave_other_machines_to_the_other_table():
@@ -518,7 +521,8 @@ def test_frontier_page_holds_the_fire_claim_at_the_largest_factor_and_finds_shar
     page = frontier.render(data, tmp_path, main, cost_record(rope2d=[10.0], fire=[8.0], string=[5.0]))
     assert "- zoom 2x (the largest measured here; published at 4.57x): `fire` above `rope2d`: agrees, +30.0" in page
     assert "- canvas 2x (the largest measured here; published at 4.57x): `fire` above `string`: agrees" in page
-    assert "| `rope2d` | 0 | 99.0 (old) | 99.0 (abc) | same run | same run |" in page
+    assert "The study's own runs, the same checkpoints (no rerun to compare): 1 of `rope2d`." in page
+    assert "| `rope2d` | 0 |" not in page
     assert "| `rope2d` | 1 | 98.5 (old) | 99.0 (abc) | +0.50 | +1.05 |" in page  # a rerun's test and validation
     assert "| `string` | 98.7 ±1.4 | `m` |" in page and page.count("| 2.00 |") == 1  # string's cost: 10 / 5
     data["records"] = [r for r in data["records"] if r["seed"] == 0]  # one seed: no verdict

@@ -74,26 +74,31 @@ def claim_lines(study: Study, diffs: dict) -> list[str]:
 
 
 def reproductions(study: Study, main: dict | None) -> str:
-    """Each frontier run that docs/study.json also holds (same scheme and seed): both test top-1 and both commits."""
+    """Each frontier run that docs/study.json also holds (same scheme and seed): both test top-1 and both commits. A
+    run held by one checkpoint in both records is no rerun: such runs are counted in a line."""
     if not main:
         return "No study record to compare with."
     other = {(r["spec"], r["seed"]): r for r in main.get("runs", [])}
-    rows = []
+    rows, shared = [], []
     for r in sorted(study.data.get("runs", []), key=lambda r: (r["spec"], r["seed"])):
         o = other.get((r["spec"], r["seed"]))
         if o is None or "test_top1" not in r or "test_top1" not in o:
             continue
-        same = o.get("ckpt_sha256") == r.get("ckpt_sha256")
+        if r.get("ckpt_sha256") is not None and o.get("ckpt_sha256") == r["ckpt_sha256"]:
+            shared.append(r["spec"])
+            continue
         val = [x.get("best_val_top1") for x in (o, r)]
         rows.append([label(r["spec"]), str(r["seed"]), f"{pct(o['test_top1'])} ({o.get('commit', '?')})",
                      f"{pct(r['test_top1'])} ({r.get('commit', '?')})",
-                     "same run" if same else f"{100 * (r['test_top1'] - o['test_top1']):+.2f}",
-                     "same run" if same else "—" if None in val else f"{100 * (val[1] - val[0]):+.2f}"])  # fmt: skip
-    if not rows:
+                     f"{100 * (r['test_top1'] - o['test_top1']):+.2f}",
+                     "—" if None in val else f"{100 * (val[1] - val[0]):+.2f}"])  # fmt: skip
+    if not rows and not shared:
         return "No frontier run is in the study's record."
     heads = ["scheme", "seed", "docs/study.json (commit)", "here (commit)", "test difference (points)",
              "best validation difference (points)"]  # fmt: skip
-    return table(heads, rows)
+    counts = ", ".join(f"{shared.count(s)} of {label(s)}" for s in dict.fromkeys(shared))
+    line = f"The study's own runs, the same checkpoints (no rerun to compare): {counts}." if shared else ""
+    return "\n\n".join(x for x in (table(heads, rows) if rows else "", line) if x)
 
 
 def render(data: dict, folder: Path, main: dict | None = None, cost: dict | None = None,

@@ -319,26 +319,34 @@ def by_run(record: dict) -> dict[tuple, dict]:
 def reruns(pairs: list[tuple[str, dict | None, str, dict | None]]) -> str:
     """Each run two records both hold (same scheme, seed and rule), for each (name, record, other name, other record)
     of ``pairs``: both test top-1 (the best-validation checkpoint, as each run reports it) and the machine and commit
-    each trained on."""
+    each trained on. A run both records hold by one checkpoint (a study that reuses another's runs) is no rerun: such
+    runs are counted in a line, not set side by side."""
 
     def where(r: dict) -> str:
         return f"{r.get('hardware', 'not recorded')}, {r.get('commit', 'no commit recorded')}"
 
-    rows = []
+    rows, shared = [], []
     for name, first, other_name, second in pairs:
         theirs = by_run(second or {})
+        reused = 0
         for key, r in sorted(by_run(first or {}).items(), key=lambda kv: kv[0][:2]):
-            if (o := theirs.get(key)) is not None:
-                # both records may name one checkpoint (a study that reuses another's runs): no rerun to compare
-                same = r.get("ckpt_sha256") is not None and o.get("ckpt_sha256") == r["ckpt_sha256"]
-                rows.append([label(r["spec"]), str(r["seed"]), f"{pct(r['test_top1'])} ({name})",
-                             f"{pct(o['test_top1'])} ({other_name})",
-                             "same run" if same else signed(o["test_top1"] - r["test_top1"]),
-                             where(r), where(o)])  # fmt: skip
-    if not rows:
+            if (o := theirs.get(key)) is None:
+                continue
+            if r.get("ckpt_sha256") is not None and o.get("ckpt_sha256") == r["ckpt_sha256"]:
+                reused += 1
+                continue
+            rows.append([label(r["spec"]), str(r["seed"]), f"{pct(r['test_top1'])} ({name})",
+                         f"{pct(o['test_top1'])} ({other_name})", signed(o["test_top1"] - r["test_top1"]),
+                         where(r), where(o)])  # fmt: skip
+        if reused:
+            many = reused > 1
+            shared.append(f"{reused} run{'s' * many} of the {name} record {'are' if many else 'is'} the {other_name}"
+                          f" record's own (the same checkpoint{'s' * many}): no rerun to compare.")  # fmt: skip
+    if not rows and not shared:
         return "No run is in two records."
-    return table(["scheme", "seed", "test top-1 (record)", "again (record)", "difference (points)",
-                  "first: machine, commit", "again: machine, commit"], rows)  # fmt: skip
+    heads = ["scheme", "seed", "test top-1 (record)", "again (record)", "difference (points)",
+             "first: machine, commit", "again: machine, commit"]  # fmt: skip
+    return "\n\n".join([table(heads, rows)] * bool(rows) + [" ".join(shared)] * bool(shared))
 
 
 def same_kind_reruns(reran: dict | None, study: dict | None = None) -> str:
