@@ -818,6 +818,10 @@ def test_summary_adds_the_other_chosen_schemes_from_their_own_record_and_claims_
         "The second table: `rope2d+peg`," in page and "(docs/others.json; 1 x CPU (?), torch ?, commit abc, 1 " in page
     )
     assert "another commit" not in page and "another commit" not in block  # the test's two records name one
+    assert "their test sweep is the chosen method's only." in block  # one method per scheme on test
+    swept = data | {"records": data["records"] + [r | {"method": "yarn"} for r in data["records"]
+                                                  if r["scheme"] == "rope2d+peg" and r["split"] == "test"]}  # fmt: skip
+    assert "chosen method's only" not in summary.render(main, tmp_path, others=swept, chosen=chosen)[1]
     later = data | {"runs": [r | {"commit": "later"} for r in data["runs"]]}
     page_later, block_later = summary.render(main, tmp_path, others=later, chosen=chosen)
     assert "at another commit than the first table" in page_later and "at another commit" in block_later

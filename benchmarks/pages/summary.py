@@ -658,6 +658,12 @@ def made_apart(others: dict, held: list[str], data: dict) -> bool:
     return theirs != commits(data.get("runs", []), data.get("records", []))
 
 
+def chosen_only(record: dict, specs: list[str]) -> bool:
+    """Whether ``record`` swept test with one method per scheme of ``specs`` (``--test-methods chosen``)."""
+    cells = [r for r in held_only(record.get("records", []), specs) if r["split"] == "test"]
+    return all(len({r["method"] for r in cells if f"{r['scheme']}:{r['stem']}" == spec}) <= 1 for spec in specs)
+
+
 def chosen_others(others: dict, held: list[str], rowless: list[str] = (), data: dict | None = None) -> str:
     """The sentence naming the second table's rows: ``held``, the schemes besides the six main ones that validation
     chose to be given every seed and that ``others`` (docs/others.json) holds runs of, the command that trained and
@@ -732,8 +738,8 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
     if held:
         note += (
             f" The second table: {', '.join(map(label, held))}, the others validation chose to be given every seed, "
-            f"trained and swept {'at another commit ' if made_apart(others, held, data) else ''}(docs/others.json); "
-            "their test sweep is the chosen method's only."
+            f"trained and swept {'at another commit ' if made_apart(others, held, data) else ''}(docs/others.json)"
+            + ("; their test sweep is the chosen method's only." if chosen_only(others, held) else ".")
         )
         block += f"\n\n{study.table(README_COLUMNS, held)}"
     if rowless:
