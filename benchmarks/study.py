@@ -37,8 +37,9 @@ those sizes, one per batch (the multi-resolution baseline: the same steps and, o
 as 32 px alone). Such a study has its own ``--out`` and ``--json``.
 
 A checkpoint keeps its records while its SHA-256 and the sweep's arguments are unchanged: an interrupted study goes
-on where it stopped, and only new or retrained runs are evaluated. Every run and record names its provenance
-(hardware, device, commit, torch, ckpt_sha256).
+on where it stopped, and only new or retrained runs are evaluated. A record resumes only under the budget, rule,
+augmentation and training sizes it was made with; other settings stop with an error. Every run and record names its
+provenance (hardware, device, commit, torch, ckpt_sha256).
 """
 
 from __future__ import annotations
@@ -323,6 +324,17 @@ def main(argv: list[str] | None = None) -> int:
     budget = study_budget(cfg, data=cfg.data.name, config=args.config, **data_budget(cfg),
                           **{f"rule_{k}": v for k, v in rule.items()})  # fmt: skip
 
+    # a study resumes its record only under the settings that made it: runs of two budgets would share one table (a
+    # budget field an older record does not name was not recorded then, so it is not held against it)
+    now = {"pos_aug": args.pos_aug, "train_resolutions": args.train_resolutions,
+           **{f"budget.{k}": v for k, v in json.loads(json.dumps(budget)).items()}}  # fmt: skip
+    before = {"pos_aug": earlier.get("pos_aug"), "train_resolutions": earlier.get("train_resolutions"),
+              **{f"budget.{k}": v for k, v in earlier.get("budget", {}).items()}}  # fmt: skip
+    if apart := sorted(k for k in now.keys() & before.keys() if earlier and now[k] != before[k]):
+        p.error(
+            f"{path} holds a study made with other settings ({', '.join(apart)}): resume it with its own flags, "
+            "or write to another --json"
+        )
     choices: dict = earlier.get("choices", {})
 
     def save() -> None:

@@ -413,6 +413,14 @@ def test_a_study_on_another_data_set_and_size_trains_tunes_and_chooses_there(tmp
     assert data["budget"]["train_limit"] == 500 and data["budget"]["rule_pos_lr_scale"] == 1.0
     assert data["choices"]["learned:patch"]["method"] == "bicubic"
     assert len(data["records"]) == 4 and sorted(set(counted)) == ["test", "val"]  # cells counted against the set
+    # the record resumes under its own settings only: the default rule or another size would mix two budgets
+    kept = out.read_text()
+    for other, says in ((argv[:-2], "budget.rule_pos_lr_scale"), ([*argv, "--img-size", "20"], "(budget.img_size)")):
+        with pytest.raises(SystemExit):
+            study.main(other)
+        err = capsys.readouterr().err
+        assert f"{out} holds a study made with other settings (" in err and says in err
+    assert out.read_text() == kept and len(trained) == 2  # nothing trained, the record untouched
     for bad, says in ((["--img-size", "18"], "size 18 px is not a positive multiple of the patch size 4"),
                       (["--train-resolutions", "16", "30"], "size 30 px is not a positive multiple"),
                       (["--config", "nowhere.yaml"], "config file not found")):  # fmt: skip
