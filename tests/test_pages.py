@@ -765,6 +765,11 @@ def test_claims_are_paired_against_the_studys_runs_at_the_published_factor_and_m
     assert list(diffs.values()) == stats.holm(list(raw.values()))  # one family: the page
     assert diffs[("swin_v2_cpb", ("zoom", 2.0))].diff == pytest.approx(0.2)  # against resize, not relbias's clamp
     page = claims.render(data, tmp_path, main)
+    assert "more than one commit" not in page  # the test's two records trained at one commit
+    later = main | {"runs": [r | {"commit": "later"} for r in main["runs"]]}
+    assert "more than one commit: `relbias`, `rope2d` come from docs/study.json (commit later)" in claims.render(
+        data, tmp_path, later
+    )
     lh = page.split("### Fuller")[1].split("###")[0]
     assert "- zoom 4x (published at 4.57x): `lookhere` above `rope2d`: agrees, +30.0" in lh
     assert "zoom 2x" not in lh  # judged at the factor nearest the published one only

@@ -115,6 +115,24 @@ def claim_section(claim: Claim, diffs: dict) -> str:
     )
 
 
+def trained_apart(data: dict, main: dict, against: set[str], named: set[str]) -> str:
+    """A line where the table's rows were trained at more than one commit: the schemes the claims are held against
+    (from ``main``, docs/study.json) and the claims' own (``data``, docs/claims.json); empty where one commit trained
+    them all."""
+
+    def trained(runs: list[dict], specs: set[str]) -> str:
+        return ", ".join(sorted({r.get("commit", "no commit recorded") for r in runs if r["spec"] in specs}))
+
+    theirs, ours = trained(main.get("runs", []), against), trained(data.get("runs", []), named - against)
+    if theirs == ours:
+        return ""
+    return (
+        f"\n\nThe table's rows were trained at more than one commit: {', '.join(map(label, sorted(against)))} "
+        f"come from docs/study.json (commit {theirs}), the others from docs/claims.json (commit {ours}). Whether those "
+        "commits train alike is checked run by run in [summary.md](summary.md#reruns-of-recorded-runs)."
+    )
+
+
 def render(data: dict, folder: Path, main: dict | None) -> str:
     """docs/claims.md from docs/claims.json and ``main``, docs/study.json (the runs claims are held against)."""
     claims = [Claim.of(k) for k in HELD]
@@ -141,5 +159,5 @@ def render(data: dict, folder: Path, main: dict | None) -> str:
         elsewhere=lines([f"- {anchors()[k]['source']}: held on {where}." for k, where in ELSEWHERE.items()]),
         not_held=lines([f"- {anchors()[k]['source']}: needs {needs(k, have)}." for k in NOT_HELD])
         or "None: every claim of docs/anchors.yaml is held above or on the page named.",
-        machines=study_machines(study.data),
+        machines=study_machines(study.data) + trained_apart(data, main, against, named),
     )
