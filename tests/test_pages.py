@@ -58,6 +58,21 @@ def test_cells_are_test_means_of_the_chosen_method_only():
     assert s.specs == ["learned:patch", "rope2d:patch"]  # main runs in their order
 
 
+def test_the_figure_sets_the_choice_against_the_best_on_test_over_the_cells_every_method_has():
+    data = study_json()
+    s = summary.Study(data)
+    assert summary.hindsight_best(s, "rope2d:patch") == "interpolate"  # 0.55 pooled against 0.26
+    assert summary.hindsight_line(s).endswith("for 1 of the 1 schemes with more than one method.")  # learned: one
+    # extrapolate ahead on test at 64 px; a far cell that one method alone has (a low 4x) must not tip it
+    for r in data["records"]:
+        if r["scheme"] == "rope2d" and r["resolution"] == 64 and r["split"] == "test" and r["pool"] == "all":
+            r["top1"] = {"interpolate": 0.5, "extrapolate": 0.52}[r["method"]]
+    data["records"].append(data["records"][0] | {"method": "extrapolate", "resolution": 128, "top1": 0.0})
+    s = summary.Study(data)
+    assert summary.hindsight_best(s, "rope2d:patch") == "extrapolate"
+    assert "another is best for `rope2d` (`extrapolate` over the chosen `interpolate`)" in summary.hindsight_line(s)
+
+
 def test_guide_lines_carry_the_paired_holm_corrected_difference():
     s = summary.Study(study_json())
     lines = summary.guide(s)

@@ -394,9 +394,41 @@ def same_kind_reruns(reran: dict | None, study: dict | None = None) -> str:
     return f"{verdict} Made by {made}.\n\n{table(heads, rows)}"
 
 
+def hindsight_best(study: Study, spec: str) -> str | None:
+    """The method with the highest mean test top-1 over the cells every method of ``spec`` has (sizes other than the
+    training size, both regimes: the choice's own pooling, read on test): what the validation choice is set against
+    in the figure, never a choice."""
+    cells: dict[str, dict[tuple[str, int], float]] = {}
+    for (s, g, m, size), v in study.methods.items():
+        if s == spec and isinstance(size, int) and size != study.train and v:
+            cells.setdefault(m, {})[(g, size)] = sum(v.values()) / len(v)
+    shared = set.intersection(*(set(c) for c in cells.values())) if cells else set()
+    if not shared:
+        return None
+    return max(cells, key=lambda m: (sum(cells[m][k] for k in shared), m))
+
+
+def hindsight_line(study: Study) -> str:
+    """Under the figure: for how many schemes the method best on test in hindsight (same pooling) is the one
+    validation chose, and which one it is where not."""
+    pairs = {s: (study.choices.get(s, {}).get("method"), hindsight_best(study, s)) for s in study.specs}
+    pairs = {
+        s: p for s, p in pairs.items() if None not in p and len({m for (x, _, m, _) in study.methods if x == s}) > 1
+    }
+    if not pairs:
+        return "No scheme has two methods swept on test to set the choice against."
+    apart = [f"{label(s)} (`{b}` over the chosen `{c}`)" for s, (c, b) in pairs.items() if b != c]
+    same = len(pairs) - len(apart)
+    out = (f"Read on test with the choice's own pooling (every swept size but the training size, both regimes), the "
+           f"method validation chose is also the best in hindsight for {same} of the {len(pairs)} schemes with more "
+           "than one method")  # fmt: skip
+    return out + (f"; another is best for {', '.join(apart)} (drawn in purple)." if apart else ".")
+
+
 def plot(study: Study, png: Path) -> None:
-    """Small multiples: one panel per scheme, top-1 against the size factor, the validation-chosen method in colour
-    and every other method of the scheme in grey (zoom solid, canvas dashed), chance and the bag-of-patches ceiling
+    """Small multiples: one panel per scheme, top-1 against the size factor, the validation-chosen method in colour,
+    the method best on test in hindsight in a second colour where it is another, every other method of the scheme in
+    grey (zoom solid, canvas dashed), chance and the bag-of-patches ceiling
     marked; the legend below the panels, never over the data."""
     import matplotlib
 
@@ -410,14 +442,17 @@ def plot(study: Study, png: Path) -> None:
                              squeeze=False)  # fmt: skip
     for ax, spec in zip(axes.flat, study.specs, strict=False):
         chosen = study.choices.get(spec, {}).get("method")
-        methods = sorted({m for (s, _, m, _) in study.methods if s == spec}, key=lambda m: (m == chosen, m))
+        best = hindsight_best(study, spec)
+        methods = sorted({m for (s, _, m, _) in study.methods if s == spec},
+                         key=lambda m: (m == chosen, m == best, m))  # fmt: skip
         for method in methods:  # the chosen one last, on top
             for regime, style in (("zoom", "-"), ("canvas", "--")):
                 pts = sorted((size / study.train, sum(v.values()) / len(v))
                              for (s, g, m, size), v in study.methods.items()
                              if (s, g, m) == (spec, regime, method) and isinstance(size, int))  # fmt: skip
                 if pts:
-                    colour, width = ("tab:orange", 2.0) if method == chosen else ("0.65", 1.0)
+                    colour, width = (("tab:orange", 2.0) if method == chosen else ("tab:purple", 1.5)
+                                     if method == best else ("0.65", 1.0))  # fmt: skip
                     ax.plot(*zip(*pts), style, color=colour, linewidth=width, marker="o", markersize=3)
         tuned = [(factor, sum(v.values()) / len(v)) for (s, g, factor), v in study.cells.items()
                  if (s, g) == (spec, "finetune") and v]  # fmt: skip
@@ -434,6 +469,7 @@ def plot(study: Study, png: Path) -> None:
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     handles = [plt.Line2D([], [], color="tab:orange", linewidth=2, label="validation-chosen method"),
+               plt.Line2D([], [], color="tab:purple", linewidth=1.5, label="best on test in hindsight, if another"),
                plt.Line2D([], [], color="0.65", label="the scheme's other methods"),
                plt.Line2D([], [], color="black", linestyle="-", label="zoom"),
                plt.Line2D([], [], color="black", linestyle="--", label="canvas"),
@@ -720,6 +756,7 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
         missing=page_missing(missing, gaps),
         cost=cost_line(cost),
         table=tables,
+        hindsight=hindsight_line(study),
         guide="\n".join(guide(study)) or "- Nothing is measured on test yet.",
         controls=controls(study),
         entropy=entropy_table(study),
