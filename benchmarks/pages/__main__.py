@@ -51,15 +51,16 @@ def readme_with(block: str, text: str) -> str:
 def summary_page(folder: Path, study: dict, figure_folder: Path | None = None) -> tuple[str, str]:
     """docs/summary.md and the README's table block from docs/study.json and the records beside it in ``folder``; the
     figure goes to ``figure_folder`` (default: ``folder``)."""
-    others = (read(folder / f"{name}.json") for name in ("rules", "cost", "fashion_mnist_study", "rerun"))
     proto = read(folder / "protocol.json")
-    chosen = proto["top_others"]["chosen"] if proto else []
     return summary.render(
         study,
         figure_folder or folder,
-        *others,
+        earlier=read(folder / "rules.json"),
+        cost=read(folder / "cost.json"),
+        fmnist=read(folder / "fashion_mnist_study.json"),
+        reran=read(folder / "rerun.json"),
         others=read(folder / "others.json"),
-        chosen=chosen,
+        chosen=proto["top_others"]["chosen"] if proto else [],
         claimed=read(folder / "claims.json"),
     )
 
