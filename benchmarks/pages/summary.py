@@ -440,9 +440,11 @@ def plot(study: Study, png: Path) -> None:
     rows = max(1, -(-n // cols))
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows + 0.7), sharex=True, sharey=True,
                              squeeze=False)  # fmt: skip
+    apart = False  # whether any panel draws a method best in hindsight other than the chosen one
     for ax, spec in zip(axes.flat, study.specs, strict=False):
         chosen = study.choices.get(spec, {}).get("method")
         best = hindsight_best(study, spec)
+        apart |= best not in (None, chosen)
         methods = sorted({m for (s, _, m, _) in study.methods if s == spec},
                          key=lambda m: (m == chosen, m == best, m))  # fmt: skip
         for method in methods:  # the chosen one last, on top
@@ -469,7 +471,7 @@ def plot(study: Study, png: Path) -> None:
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     handles = [plt.Line2D([], [], color="tab:orange", linewidth=2, label="validation-chosen method"),
-               plt.Line2D([], [], color="tab:purple", linewidth=1.5, label="best on test in hindsight, if another"),
+               *[plt.Line2D([], [], color="tab:purple", linewidth=1.5, label="best on test in hindsight")] * apart,
                plt.Line2D([], [], color="0.65", label="the scheme's other methods"),
                plt.Line2D([], [], color="black", linestyle="-", label="zoom"),
                plt.Line2D([], [], color="black", linestyle="--", label="canvas"),
