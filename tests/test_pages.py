@@ -443,6 +443,13 @@ def test_reruns_table_sets_each_run_of_two_records_side_by_side_and_names_both_m
     assert [ln for ln in text.splitlines() if "`learned`" in ln] == [rows[1]]  # only the real rerun is set out
 
 
+def test_same_checkpoint_needs_a_recorded_hash_on_both_sides():
+    assert common.same_checkpoint({"ckpt_sha256": "f00d"}, {"ckpt_sha256": "f00d"})
+    assert not common.same_checkpoint({"ckpt_sha256": "f00d"}, {"ckpt_sha256": "beef"})
+    assert not common.same_checkpoint({}, {})  # two runs that record no hash are not known to be one
+    assert not common.same_checkpoint({"ckpt_sha256": None}, {"ckpt_sha256": None})
+
+
 def test_same_kind_reruns_count_exact_agreement_and_leave_other_machines_to_the_other_table():
     def row(spec, old, new, w, hardware="1 x CPU"):
         return {"spec": spec, "seed": 0, "max_weight_difference": w, "config_differences": [],

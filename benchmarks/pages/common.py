@@ -108,6 +108,12 @@ def machines(*records: list[dict]) -> list[str]:
     return [f"{h} ({d}), torch {t}, commit {c}{threads(n)}" for h, d, c, t, n in sorted(seen)]
 
 
+def same_checkpoint(a: dict, b: dict) -> bool:
+    """Whether two run entries hold one checkpoint (both record a hash, and it is equal): a record that reuses another
+    record's runs holds no rerun of them."""
+    return a.get("ckpt_sha256") is not None and a.get("ckpt_sha256") == b.get("ckpt_sha256")
+
+
 def held_only(entries: list[dict], held: list[str] | set[str]) -> list[dict]:
     """The run, cell or entropy entries of a record that belong to the schemes ``held`` (a run names its ``spec``,
     a cell or an entropy entry its ``scheme`` and ``stem``)."""

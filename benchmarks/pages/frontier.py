@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.pages.common import anchors, fill, lines, pct, signed, table
+from benchmarks.pages.common import anchors, fill, lines, pct, same_checkpoint, signed, table
 from benchmarks.pages.summary import Study, cost_line, entropy_table, head, label, real_line, study_machines
 from benchmarks.stats import Difference, holm, paired
 
@@ -84,7 +84,7 @@ def reproductions(study: Study, main: dict | None) -> str:
         o = other.get((r["spec"], r["seed"]))
         if o is None or "test_top1" not in r or "test_top1" not in o:
             continue
-        if r.get("ckpt_sha256") is not None and o.get("ckpt_sha256") == r["ckpt_sha256"]:
+        if same_checkpoint(r, o):
             shared.append(r["spec"])
             continue
         val = [x.get("best_val_top1") for x in (o, r)]

@@ -17,6 +17,7 @@ from benchmarks.pages.common import (
     merged,
     pct,
     per_round,
+    same_checkpoint,
     signed,
     spread,
     table,
@@ -332,7 +333,7 @@ def reruns(pairs: list[tuple[str, dict | None, str, dict | None]]) -> str:
         for key, r in sorted(by_run(first or {}).items(), key=lambda kv: kv[0][:2]):
             if (o := theirs.get(key)) is None:
                 continue
-            if r.get("ckpt_sha256") is not None and o.get("ckpt_sha256") == r["ckpt_sha256"]:
+            if same_checkpoint(r, o):
                 reused += 1
                 continue
             rows.append([label(r["spec"]), str(r["seed"]), f"{pct(r['test_top1'])} ({name})",
