@@ -443,6 +443,13 @@ def test_reruns_table_sets_each_run_of_two_records_side_by_side_and_names_both_m
     assert [ln for ln in text.splitlines() if "`learned`" in ln] == [rows[1]]  # only the real rerun is set out
 
 
+def test_the_second_tables_fashion_mnist_words_follow_which_rows_have_a_cell():
+    held = ["string:patch", "rope2d+peg:patch"]
+    assert summary.real_words(held, []) == "they are not trained on Fashion-MNIST (—)"
+    assert summary.real_words(held, held).startswith("their Fashion-MNIST cells come from docs/fashion_mnist_study")
+    assert summary.real_words(held, held[:1]).endswith(": `string` only (—: the others)")
+
+
 def test_same_checkpoint_needs_a_recorded_hash_on_both_sides():
     assert common.same_checkpoint({"ckpt_sha256": "f00d"}, {"ckpt_sha256": "f00d"})
     assert not common.same_checkpoint({"ckpt_sha256": "f00d"}, {"ckpt_sha256": "beef"})
@@ -858,7 +865,7 @@ def test_summary_adds_the_other_chosen_schemes_from_their_own_record_and_claims_
     assert "8 x GPU" not in summary.render(main, tmp_path, others=apart, chosen=chosen)[0]
     assert any(r["spec"].startswith("lookhere") for r in data["runs"])
     assert "Also chosen, with no row here yet: `relbias+peg`" in page
-    assert "neither fine-tuned nor trained on Fashion-MNIST" in page
+    assert "without the canvas controls; not fine-tuned; they are not trained on Fashion-MNIST (—)." in page
     # a swept column with rows that have no cell (—) points to where they are listed, from the page and the README
     pointed = "Every column is swept; the rows without a cell (—) are listed under [not measured yet](#not-measured"
     assert summary.page_missing([], gaps=True).startswith(pointed)
@@ -868,11 +875,16 @@ def test_summary_adds_the_other_chosen_schemes_from_their_own_record_and_claims_
     tuned = data | {"finetuned": [{"spec": run["spec"], "seed": run["seed"], "run": run["run"], "size": 64,
                                    "top1": 0.9, "hardware": "2 x CPU", "commit": "abc"}]}  # fmt: skip
     page_tuned = summary.render(main, tmp_path, others=tuned, chosen=chosen)[0]
-    assert "fine-tuned as the six are (`--finetune`), they are not trained on Fashion-MNIST" in page_tuned
+    assert "fine-tuned as the six are (`--finetune`); they are not trained on Fashion-MNIST (—)." in page_tuned
     assert "- second table, fine-tuning runs: 2 x CPU" in page_tuned
     row = next(ln for ln in page_tuned.splitlines() if ln.startswith("| `rope2d+peg`"))
     assert "| 90.0¹ |" in row  # its fine-tuned cell, from its own record
     assert "- second table, training runs: 1 x CPU (?), torch ?, commit abc, 1 thread" in page
+    fm = {"budget": {"img_size": 16}, "sizes": ["28"], "choices": {"rope2d+peg:patch": {"method": "interpolate"}},
+          "records": [{"scheme": "rope2d+peg", "stem": "patch", "method": "interpolate", "regime": "zoom",
+                       "resolution": 28, "split": "test", "seed": k, "top1": 0.5} for k in SEEDS]}  # fmt: skip
+    page_real = summary.render(main, tmp_path, others=data, chosen=chosen, fmnist=fm)[0]
+    assert "; their Fashion-MNIST cells come from docs/fashion_mnist_study.json" in page_real
     zoom2 = next(line for line in page.splitlines() if "To serve 2x (zoom)" in line)
     assert zoom2.startswith("- **To serve 2x (zoom) unchanged**: `rope2d+peg` with `interpolate`")
     assert "`rope2d+peg`" in block.split("\n\n")[1] and "`rope2d+peg`" not in block.split("\n\n")[0]

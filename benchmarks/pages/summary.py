@@ -703,18 +703,30 @@ def chosen_only(record: dict, specs: list[str]) -> bool:
     return all(len({r["method"] for r in cells if f"{r['scheme']}:{r['stem']}" == spec}) <= 1 for spec in specs)
 
 
-def chosen_others(others: dict, held: list[str], rowless: list[str] = (), data: dict | None = None) -> str:
+def real_words(held: list[str], real: list[str]) -> str:
+    """Which of the second table's rows ``held`` have a Fashion-MNIST cell (``real``), and where it comes from."""
+    if not real:
+        return "they are not trained on Fashion-MNIST (—)"
+    source = "from docs/fashion_mnist_study.json, trained and swept with the six there"
+    if len(real) == len(held):
+        return f"their Fashion-MNIST cells come {source}"
+    return f"Fashion-MNIST cells, {source}: {', '.join(map(label, real))} only (—: the others)"
+
+
+def chosen_others(others: dict, held: list[str], rowless: list[str] = (), data: dict | None = None,
+                  real: list[str] = ()) -> str:  # fmt: skip
     """The sentence naming the second table's rows: ``held``, the schemes besides the six main ones that validation
     chose to be given every seed and that ``others`` (docs/others.json) holds runs of, the command that trained and
-    swept them and where (and whether at another commit than ``data``'s, the first table's); then ``rowless``, the
-    chosen schemes it holds no runs of, which have no row yet."""
+    swept them and where (and whether at another commit than ``data``'s, the first table's), and which of them have
+    a Fashion-MNIST cell (``real``); then ``rowless``, the chosen schemes it holds no runs of, which have no row
+    yet."""
     out = ""
     if held:
         runs, cells = held_only(others.get("runs", []), held), held_only(others.get("records", []), held)
         where = "; ".join(machines(runs, cells))
-        tuned = ("fine-tuned as the six are (`--finetune`), they are not trained on Fashion-MNIST (—)"
-                 if held_only(others.get("finetuned", []), held) else
-                 "they are neither fine-tuned nor trained on Fashion-MNIST (—)")  # fmt: skip
+        tuned = ("fine-tuned as the six are (`--finetune`)" if held_only(others.get("finetuned", []), held)
+                 else "not fine-tuned")  # fmt: skip
+        tuned = f"{tuned}; {real_words(held, list(real))}"
         apart = ""
         if data is not None and made_apart(others, held, data):
             apart = (
@@ -755,7 +767,7 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
         "summary.md",
         command=data["command"],
         coverage=coverage(study),
-        others=chosen_others(others, held, rowless, data),
+        others=chosen_others(others, held, rowless, data, [s for s in held if study.values(s, ("fmnist", "native"))]),
         missing=page_missing(missing, gaps),
         cost=cost_line(cost),
         table=tables,
