@@ -881,6 +881,7 @@ def test_summary_adds_the_other_chosen_schemes_from_their_own_record_and_claims_
     assert "| 90.0¹ |" in row  # its fine-tuned cell, from its own record
     assert "- second table, training runs: 1 x CPU (?), torch ?, commit abc, 1 thread" in page
     fm = {"budget": {"img_size": 16}, "sizes": ["28"], "choices": {"rope2d+peg:patch": {"method": "interpolate"}},
+          "runs": [{"spec": "rope2d+peg:patch", "seed": k} for k in SEEDS],
           "records": [{"scheme": "rope2d+peg", "stem": "patch", "method": "interpolate", "regime": "zoom",
                        "resolution": 28, "split": "test", "seed": k, "top1": 0.5} for k in SEEDS]}  # fmt: skip
     page_real = summary.render(main, tmp_path, others=data, chosen=chosen, fmnist=fm)[0]
