@@ -745,6 +745,30 @@ def test_the_real_data_page_derives_its_columns_from_its_sizes_and_pairs_the_rul
     assert "Above the native 28 px (56 px (3.5x); `--far`, the chosen method only)" in page
 
 
+def test_the_fall_beyond_nones_is_each_schemes_loss_from_the_training_size_minus_nones_seed_for_seed():
+    cells = {("none", "zoom", 16): 0.80, ("none", "zoom", 28): 0.40, ("none", "canvas", 28): 0.60,
+             ("rope2d", "zoom", 16): 0.90, ("rope2d", "zoom", 28): 0.60, ("rope2d", "canvas", 28): 0.40}  # fmt: skip
+    noise = {0: 0.0, 1: 0.01, 2: -0.01}  # rope2d's own seed-to-seed spread, so the intervals have a width
+    data = {"budget": {"img_size": 16}, "sizes": ["16", "28"],
+            "choices": {"none:patch": {"method": "none"}, "rope2d:patch": {"method": "m"}},
+            "runs": [{"spec": f"{s}:patch", "seed": k} for s in ("none", "rope2d") for k in SEEDS],
+            "records": [{"scheme": s, "stem": "patch", "method": "none" if s == "none" else "m", "regime": g,
+                         "resolution": r, "split": "test", "seed": k,
+                         "top1": v + 0.05 * k + (noise[k] if (s, r) == ("rope2d", 28) else 0.0)}
+                        for (s, g, r), v in cells.items() for k in SEEDS]}  # fmt: skip
+    study = summary.Study(data)
+    columns = real_data.columns_of(data)
+    text = real_data.fall_section(study, columns)
+    row = next(ln for ln in text.splitlines() if ln.startswith("| `rope2d`")).split(" | ")
+    # zoom: rope2d falls 30 points, none 40: -10; canvas: rope2d falls 50, none 20: +30 (each seed's own offset cancels)
+    assert row[1] == "-10.0 [-13.6, -6.4] *" and row[2] == "+30.0 [+26.4, +33.6] * |"
+    assert "| `none` |" not in text  # the baseline has no row
+    assert "zoom 1.75x | canvas 1.75x |" in text.splitlines()[0]
+    without = summary.Study(data | {"runs": [r for r in data["runs"] if r["spec"] != "none:patch"],
+                                    "records": [r for r in data["records"] if r["scheme"] != "none"]})  # fmt: skip
+    assert real_data.fall_section(without, columns) == "Not measured yet: no runs of `none`."
+
+
 def claims_jsons() -> tuple[dict, dict]:
     """(docs/claims.json, docs/study.json): lookhere 30 points above rope2d at 4x and 5 at 2x; cpb 20 points above
     relbias's resize at 2x while relbias chose clamp, 20 points above resize; rope2d-norm on a par with rope2d;

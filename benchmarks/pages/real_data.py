@@ -52,6 +52,28 @@ def rule_section(on: Study, off: Study | None, columns: list[tuple[str, float]])
     return table(["rule on − off (points)", *(head(*c) for c in columns)], rows)
 
 
+def fall_section(study: Study, columns: list[tuple[str, float]], base: str = "none:patch") -> str:
+    """Each scheme's fall from the training size to each column (1x minus the cell) minus the fall of ``base``, which
+    has no position to extrapolate, seed for seed (the same seed on the same data), Holm-corrected over the table."""
+    if not study.values(base, ("zoom", 1.0)):
+        return f"Not measured yet: no runs of {label(base)}."
+    start = {spec: study.values(spec, ("zoom", 1.0)) for spec in study.specs}
+    found = {}
+    for spec in (s for s in study.specs if s != base):
+        for column in columns[1:]:
+            x, y = study.values(spec, column), study.values(base, column)
+            shared = sorted(set(x) & set(y) & set(start[spec]) & set(start[base]))
+            if len(shared) >= 2:
+                found[(spec, column)] = paired([start[spec][k] - x[k] for k in shared],
+                                               [start[base][k] - y[k] for k in shared])  # fmt: skip
+    if not found:
+        return f"No scheme shares two seeds with {label(base)} yet."
+    diffs = dict(zip(found, holm(list(found.values())), strict=True))
+    specs = [s for s in study.specs if any((s, c) in diffs for c in columns)]
+    rows = [[label(s), *(difference_text(diffs.get((s, c))) for c in columns[1:])] for s in specs]
+    return table([f"fall minus {label(base)}'s (points)", *(head(*c) for c in columns[1:])], rows)
+
+
 def parameters(budget: dict) -> int:
     """The parameter count of the study's model without position parameters (`none`), built as it trained."""
     from vitpos.model import create_model
@@ -110,6 +132,7 @@ def render(data: dict, folder: Path, off: dict | None = None) -> str:
         upsampled=upsampled_line(data),
         methods=table(["scheme", "method (val)"], [row[:2] for row in method_rows(study, [])]),
         regimes=regime_split({"fashion_mnist_study": data}),
+        fall=fall_section(study, columns),
         rule=rule_section(study, Study(off) if off else None, columns),
         ordering=ordering_section(study),
         machines=study_machines(data),
