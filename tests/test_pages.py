@@ -736,6 +736,7 @@ def test_the_real_data_page_derives_its_columns_from_its_sizes_and_pairs_the_rul
     row = next(ln for ln in rule.splitlines() if ln.startswith("| `learned`")).split(" | ")
     assert row[1:] == ["+10.0 [+10.0, +10.0] *", "+0.0 [+0.0, +0.0]", "-10.0 [-10.0, -10.0] * |"]
     assert "`rope2d`" not in rule  # no run without the rule to pair with
+    assert "\n- rule off, training runs: " in page.split("## Where it was measured")[1]  # the ablation's provenance
     assert "Above the native" not in page  # no size above the native one
     on["far"] = ["56"]
     on["records"] += [r | {"resolution": 56, "top1": 0.3} for r in on["records"] if r["resolution"] == 28]

@@ -115,6 +115,14 @@ def ordering_section(study: Study) -> str:
     return "\n".join(out)
 
 
+def machines_text(data: dict, off: dict | None) -> str:
+    """Where the study's runs and cells were made, then those of its rule-off ablation (``off``), one line each."""
+    lines = study_machines(data)
+    if off:
+        lines += "".join(f"\n- rule off, {line[2:]}" for line in study_machines(off).splitlines())
+    return lines
+
+
 def render(data: dict, folder: Path, off: dict | None = None) -> str:
     """docs/fashion_mnist_study.md from docs/fashion_mnist_study.json (``off``: the same study with the rule off)."""
     study = Study(data)
@@ -135,5 +143,5 @@ def render(data: dict, folder: Path, off: dict | None = None) -> str:
         fall=fall_section(study, columns),
         rule=rule_section(study, Study(off) if off else None, columns),
         ordering=ordering_section(study),
-        machines=study_machines(data),
+        machines=machines_text(data, off),
     )
