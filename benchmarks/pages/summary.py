@@ -587,7 +587,8 @@ def real_line(study: Study, record: str = "docs/fashion_mnist_study.json") -> st
     seeds = ", ".join(f"{label(s)} {n}" for s, n in counts.items())
     return (f"Fashion-MNIST: trained at {study.real[0]} px (downsampled), tested at its native {study.real[1]} px "
             "(zoom: the larger size carries real detail) with the method its own validation split chose "
-            f"({record}); seeds per scheme: {seeds or 'none'}.")  # fmt: skip
+            f"({record}); seeds per scheme: {seeds or 'none'}. How much of each scheme's fall there is position: "
+            "[each fall against that of `none`](fashion_mnist_study.md#how-much-of-the-fall-is-position).")  # fmt: skip
 
 
 def span(counts: list[int]) -> str:
