@@ -48,6 +48,18 @@ def machine() -> dict[str, str | int]:
             "torch": torch.__version__}  # fmt: skip
 
 
+def dumps(record: dict) -> str:
+    """A record as JSON with one top-level key per line and one list entry per line: compact (a study holds thousands
+    of cells) yet a rerun's diff still shows which entries changed."""
+
+    def value(v: object) -> str:
+        if isinstance(v, list) and v:
+            return "[\n" + ",\n".join(f"  {json.dumps(e)}" for e in v) + "\n ]"
+        return json.dumps(v)
+
+    return "{\n" + ",\n".join(f" {json.dumps(k)}: {value(v)}" for k, v in record.items()) + "\n}\n"
+
+
 def write_record(path: str | Path, script: str, argv: list[str], **data) -> None:
     """One benchmark's JSON: the command that made it, the machine and its load average, then the measurements.
     Written whole or not at all (a sibling file, then a rename): a study stopped mid-write keeps its last record."""
@@ -58,7 +70,7 @@ def write_record(path: str | Path, script: str, argv: list[str], **data) -> None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.partial")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.write_text(dumps(record))
     os.replace(tmp, path)
     print(f"wrote {path}", flush=True)
 

@@ -325,3 +325,13 @@ def test_a_trained_run_is_stamped_with_the_threads_it_trained_with_not_the_ones_
     assert got["threads"] == torch.get_num_threads() + 3 != bench_common.provenance()["threads"]
     assert json.loads((run_dir / "provenance.json").read_text())["threads"] == got["threads"]  # kept for reuse
     assert bench_common.train_run(run_dir, [])["threads"] == got["threads"]
+
+
+def test_a_record_is_written_one_list_entry_per_line_and_reads_back_the_same():
+    from benchmarks.common import dumps
+
+    record = {"command": "python -m benchmarks.x", "runs": [{"seed": 0, "top1": 0.5}, {"seed": 1}], "empty": [], "n": 3}
+    text = dumps(record)
+    assert json.loads(text) == record
+    assert '\n  {"seed": 0, "top1": 0.5},\n  {"seed": 1}\n ]' in text  # each entry on its own line
+    assert text.count("\n") == 9  # braces, four keys, two entries, the closing bracket
