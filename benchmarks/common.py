@@ -234,6 +234,24 @@ def earlier_record(path: str | Path) -> dict:
     return json.loads(Path(path).read_text()) if Path(path).is_file() else {}
 
 
+def study_above(p: argparse.ArgumentParser, study_arg: str, sizes: list[str] | None,
+                default: Callable[[dict, int], list[str]]) -> tuple[dict, int, str, list[str]]:  # fmt: skip
+    """A study record a measurement reads (``--study``): the record, its training size, its path as the pages name it
+    (relative to the repository where it lies inside it) and the sizes to test: ``sizes``, else ``default(record,
+    training size)``, all above the training size; otherwise the parser's one-line error."""
+    path = Path(study_arg)
+    try:
+        study = json.loads(path.read_text())
+        train = int(study["budget"]["img_size"])
+    except (OSError, ValueError, KeyError) as e:
+        p.error(f"--study {study_arg}: not a study record ({e})")
+    sizes = sizes or default(study, train)
+    if not sizes or any(not s.isdigit() or int(s) <= train for s in sizes):
+        p.error(f"--sizes: sizes above the training size ({train} px) are needed, got {sizes or 'none'}")
+    named = str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
+    return study, train, named, sizes
+
+
 def fingerprint(path: str | Path) -> str:
     """The SHA-256 of a file: what a sweep record keeps of the checkpoint it measured."""
     with open(path, "rb") as fh:

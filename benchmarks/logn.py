@@ -19,7 +19,7 @@ import sys
 from functools import cache, partial
 from pathlib import Path
 
-from benchmarks.common import ROOT, fingerprint, write_record
+from benchmarks.common import ROOT, fingerprint, study_above, write_record
 
 SCALINGS = ("none", "logn")
 
@@ -32,21 +32,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--val-limit", type=int, default=1000, help="validation images per cell")
     p.add_argument("--json", default=str(ROOT / "docs" / "logn.json"))
     args = p.parse_args(argv)
-    path = Path(args.study)
-    try:
-        study = json.loads(path.read_text())
-        train = int(study["budget"]["img_size"])
-    except (OSError, ValueError, KeyError) as e:
-        p.error(f"--study {args.study}: not a study record ({e})")
-    sizes = args.sizes or [s for s in study.get("sizes", []) if int(s) > train]
-    if not sizes or any(not s.isdigit() or int(s) <= train for s in sizes):
-        p.error(f"--sizes: sizes above the training size ({train} px) are needed, got {sizes or 'none'}")
+    study, train, named, sizes = study_above(
+        p, args.study, args.sizes, lambda record, train: [s for s in record.get("sizes", []) if int(s) > train]
+    )
     target = Path(args.json)
     records: list[dict] = json.loads(target.read_text()).get("records", []) if target.is_file() else []
     choices = study.get("choices", {})
     # the records of an earlier choice's method go: the page reads each scheme's current method only
     records[:] = [r for r in records if r["sweep"]["method"] == choices.get(r["spec"], {}).get("method")]
-    named = str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
     from benchmarks import study as st  # after the arguments: it imports torch
 
     def save() -> None:

@@ -90,3 +90,12 @@ def untrained_checkpoint(path: Path, pos: str = "rope2d", images: int = 24) -> P
     state = {f"model.{k}": v for k, v in model_from_config(cfg).state_dict().items()}
     torch.save({"state_dict": state, "hyper_parameters": {"config": cfg.to_dict()}, "vitpos_format": FORMAT}, path)
     return path
+
+
+def fake_sweeps(monkeypatch, sweep, images: int = 2000) -> None:
+    """benchmarks.study's checkpoint sweep replaced by ``sweep`` and every split holding ``images`` images: a
+    measurement over a study's checkpoints run without a model."""
+    from benchmarks import study
+
+    monkeypatch.setattr(study, "sweep_checkpoint", sweep)
+    monkeypatch.setattr(study, "checkpoint_split_size", lambda ckpt, split: images)

@@ -225,9 +225,12 @@ def carried_as(part: str, method: str) -> str | None:
     extrapolation (sincos2d, the ropes, alibi2d, lookhere). cpb's MLP carries over unchanged and normalises
     offsets by the new grid: its ``normalized``; rope2d-norm's normalised coordinates and fire's
     progressive normalisation serve every grid alike.
-    liere's generators are rescaled so that either method keeps its spacing."""
-    if part in ("learned", "relbias", "peg", "none"):
+    liere's generators are rescaled so that either method keeps its spacing; peg rebuilt at the new grid dilates
+    nothing there: its ``conv``."""
+    if part in ("learned", "relbias", "none"):
         return method
+    if part == "peg":
+        return method if method == "conv" else None
     if part == "cpb":
         return "normalized"
     if part == "liere":  # its generators are rescaled to keep the method's spacing

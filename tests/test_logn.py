@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import fake_sweeps
 
 from benchmarks import common, logn, study
 from benchmarks.pages import logn as page
@@ -59,8 +60,7 @@ def fake_sweep(calls: list):
 def test_each_checkpoint_is_measured_both_ways_on_both_splits_once_with_its_chosen_method(tmp_path, record,
                                                                                          monkeypatch):  # fmt: skip
     calls: list = []
-    monkeypatch.setattr(study, "sweep_checkpoint", fake_sweep(calls))
-    monkeypatch.setattr(study, "checkpoint_split_size", lambda ckpt, split: 2000)
+    fake_sweeps(monkeypatch, fake_sweep(calls))
     out = tmp_path / "logn.json"
     argv = ["--study", str(record), "--json", str(out)]
     assert logn.main(argv) == 0

@@ -527,7 +527,8 @@ def test_comrope_options_are_checked_and_kept_by_a_checkpoint(tmp_path, capsys):
 
 def test_compositions_of_the_new_schemes(tiny):
     m = tiny("alibi2d+peg")
-    assert m.pos.methods == ("scaled+conv", "extrapolate+conv")  # its own default, chosen on validation
+    # its own default, chosen on validation, then the rest of the product
+    assert m.pos.methods == ("scaled+conv", "extrapolate+conv", "extrapolate+dilate", "scaled+dilate")
     for a, b in zip(m.pos.attn_pos((6, 10)), m.pos.parts["alibi2d"].attn_pos((6, 10))):
         assert torch.equal(a.bias, b.bias) and a.rotation is None
     registry = {k: v for k, v in POS_REGISTRY.items() if "+" not in k}

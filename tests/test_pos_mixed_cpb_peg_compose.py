@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from helpers import TRAIN, with_grads  # noqa: E402
 
 import vitpos
@@ -419,8 +420,37 @@ def test_peg_serves_new_grids_and_learns(tiny):
         assert out.shape == (2, 5) and torch.isfinite(out).all()
         out.square().mean().backward()
         assert m.pos.proj.weight.grad.abs().sum() > 0 and m.pos.proj.bias.grad.abs().sum() > 0
-    assert m.pos.methods == ("conv",)
+    assert m.pos.methods == ("conv", "dilate")
     assert m.pos.no_weight_decay() == {"proj.weight", "proj.bias"}  # as CPVT/Twins: position params not decayed
+
+
+@pytest.mark.parametrize("k", [(2, 2), (3, 2), (4, 1)], ids=["2x2", "3x2", "4x1"])
+def test_peg_dilate_on_a_repeated_grid_is_the_trained_conv_repeated(tiny, k):
+    """Zoom by an integer factor, modelled as each token repeated k x k: the dilated kernel sees what the trained
+    kernel saw on the training grid, border padding included; the plain kernel does not."""
+    pos = tiny("peg", class_token=True, global_pool="token").pos
+    h, w = pos.train_grid
+    x = torch.randn(2, 1 + h * w, pos.dim)
+    up = torch.cat([x[:, :1], rearrange(x[:, 1:], "b (h w) d -> b h w d", h=h)
+                    .repeat_interleave(k[0], 1).repeat_interleave(k[1], 2).flatten(1, 2)], dim=1)  # fmt: skip
+    big = (h * k[0], w * k[1])
+    want = pos.after_block(x, (h, w), 0)
+    want = torch.cat([want[:, :1], rearrange(want[:, 1:], "b (h w) d -> b h w d", h=h)
+                      .repeat_interleave(k[0], 1).repeat_interleave(k[1], 2).flatten(1, 2)], dim=1)  # fmt: skip
+    pos.method = "dilate"
+    assert pos.dilation(big) == k and pos.dilation((h, w)) == (1, 1) and pos.dilation((h // 2, w)) == (1, 1)
+    torch.testing.assert_close(pos.after_block(up, big, 0), want)
+    torch.testing.assert_close(pos.after_block(x, (h, w), 0), peg_by_hand(pos, x, (h, w)))  # no change at home
+    pos.method = "conv"
+    assert not torch.allclose(pos.after_block(up, big, 0), want, atol=VISIBLY)
+
+
+def test_peg_dilation_rounds_half_up_per_axis(tiny):
+    pos = tiny("peg").pos
+    pos.method = "dilate"
+    h, w = pos.train_grid
+    assert pos.dilation((int(h * 1.5), int(w * 3.5))) == (2, 4)
+    assert pos.dilation((int(h * 2.5), int(w * 1.25))) == (3, 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -469,7 +499,7 @@ def test_composition_method_names_round_trip(tiny):
     scale = m.pos.attn_pos((16, 16))[0].logit_scale
     assert scale == pytest.approx((0.1 * math.log(2) + 1) ** 2)  # rope2d's temperature comes through
     r = tiny("relbias+peg")
-    assert r.pos.methods == ("resize+conv", "clamp+conv", "geometric+conv")
+    assert r.pos.methods == tuple(f"{b}+{c}" for b in ("resize", "clamp", "geometric") for c in ("conv", "dilate"))
 
 
 def test_relbias_plus_peg_combines_bias_and_after_block(tiny):

@@ -87,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     real = read(folder / "fashion_mnist_study.json")
     if real is not None:
         (folder / "fashion_mnist_study.md").write_text(
-            real_data.render(real, folder, read(folder / "fashion_mnist_rule_off.json"))
+            real_data.render(
+                real, folder, read(folder / "fashion_mnist_rule_off.json"), read(folder / "fashion_mnist_dilate.json")
+            )
         )
         print(f"wrote {folder / 'fashion_mnist_study.md'}")
     claimed = read(folder / "claims.json")

@@ -6,6 +6,7 @@ configs/fashion_mnist_study.yaml --img-size 16``, the second with ``--rule off``
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.pages.augmentation import differences, method_rows
@@ -74,6 +75,74 @@ def fall_section(study: Study, columns: list[tuple[str, float]], base: str = "no
     return table([f"fall minus {label(base)}'s (points)", *(head(*c) for c in columns[1:])], rows)
 
 
+def dilate_cells(dilate: dict) -> dict[tuple[str, str, str, str, float], dict[int, float]]:
+    """(spec, split, side, regime, factor) -> {seed: top-1} from docs/fashion_mnist_dilate.json; a record's side is
+    "conv" for its sweep's first method (the chosen one), "dilate" for its second (the same with PEG dilated)."""
+    out: dict[tuple[str, str, str, str, float], dict[int, float]] = defaultdict(dict)
+    train = dilate["train_size"]
+    for r in dilate.get("records", []):
+        side = "conv" if r["method"] == r["sweep"]["methods"][0] else "dilate"
+        out[(r["spec"], r["split"], side, r["regime"], r["resolution"] / train)][r["seed"]] = r["top1"]
+    return out
+
+
+def dilate_section(study: Study, dilate: dict | None, base: str = "none:patch") -> str:
+    """PEG's kernel dilated by the grid's scale against the chosen method, paired by checkpoint, Holm over the table;
+    the fall minus ``base``'s with the dilated kernel, as fall_section measures it; what validation would choose; and
+    how the method-as-it-is side reproduces the study's own cells."""
+    if not dilate or not dilate.get("records"):
+        return "Not measured yet: no record of PEG dilated (docs/fashion_mnist_dilate.json)."
+    got = dilate_cells(dilate)
+    specs = [s for s in study.specs if any(k[0] == s for k in got)]
+    columns = sorted({(k[3], k[4]) for k in got}, key=lambda c: (c[0] != "zoom", c[1]))
+    gain, excess = {}, {}
+    for spec in specs:
+        start, none_start = study.values(spec, ("zoom", 1.0)), study.values(base, ("zoom", 1.0))
+        for column in columns:
+            x, y = got.get((spec, "test", "dilate", *column), {}), got.get((spec, "test", "conv", *column), {})
+            shared = sorted(set(x) & set(y))
+            if len(shared) >= 2:
+                gain[(spec, column)] = paired([x[k] for k in shared], [y[k] for k in shared])
+            z = study.values(base, column)
+            both = sorted(set(x) & set(z) & set(start) & set(none_start))
+            if column[0] == "zoom" and len(both) >= 2:
+                excess[(spec, column)] = paired([start[k] - x[k] for k in both],
+                                                [none_start[k] - z[k] for k in both])  # fmt: skip
+    if not gain:
+        return "No scheme with a `peg` part has two seeds measured both ways yet."
+    gain = dict(zip(gain, holm(list(gain.values())), strict=True))
+    excess = dict(zip(excess, holm(list(excess.values())), strict=True)) if excess else {}
+    out = [table(["`dilate` − `conv` (points)", *(head(*c) for c in columns)],
+                 [[label(s), *(difference_text(gain.get((s, c))) for c in columns)] for s in specs])]  # fmt: skip
+    zoom = [c for c in columns if c[0] == "zoom"]
+    if excess:
+        out += ["", f"The fall minus {label(base)}'s (as in the section above) with the kernel dilated:", "",
+                table([f"fall minus {label(base)}'s, dilated (points)", *(head(*c) for c in zoom)],
+                      [[label(s), *(difference_text(excess.get((s, c))) for c in zoom)] for s in specs])]  # fmt: skip
+    # the protocol's side: the mean over each regime's sizes on validation, dilated minus as it is
+    choose = []
+    for spec in specs:
+        for regime in ("zoom", "canvas"):
+            diffs = [sum(x[k] - y[k] for k in shared) / len(shared) for c in columns if c[0] == regime
+                     if (shared := set(x := got.get((spec, "val", "dilate", *c), {}))
+                         & set(y := got.get((spec, "val", "conv", *c), {})))]  # fmt: skip
+            if diffs:
+                choose.append(f"{label(spec)} under {regime}: {'`dilate`' if sum(diffs) > 0 else 'as it is'} "
+                              f"({signed(sum(diffs) / len(diffs))} points)")  # fmt: skip
+    limit = next((r["sweep"]["limit"] for r in dilate["records"] if r["split"] == "val"), None)
+    if choose:
+        out += ["", f"On validation ({f'its first {limit:,}' if limit else 'all its'} images per cell), the mean "
+                f"over each regime's sizes picks: {'; '.join(choose)}."]  # fmt: skip
+    # the side as it is is the study's own chosen method on the same runs: it must give the study's cells
+    seen = [abs(v - study.values(k[0], (k[3], k[4]))[seed]) for k, per in got.items()
+            if k[1] == "test" and k[2] == "conv" for seed, v in per.items()
+            if seed in study.values(k[0], (k[3], k[4]))]  # fmt: skip
+    if seen:
+        out += ["", f"The side as it is reproduces the study's own cells for these runs: {len(seen)} cells, largest "
+                f"difference {100 * max(seen):.2f} points."]  # fmt: skip
+    return "\n".join(out)
+
+
 def parameters(budget: dict) -> int:
     """The parameter count of the study's model without position parameters (`none`), built as it trained."""
     from vitpos.model import create_model
@@ -123,8 +192,9 @@ def machines_text(data: dict, off: dict | None) -> str:
     return lines
 
 
-def render(data: dict, folder: Path, off: dict | None = None) -> str:
-    """docs/fashion_mnist_study.md from docs/fashion_mnist_study.json (``off``: the same study with the rule off)."""
+def render(data: dict, folder: Path, off: dict | None = None, dilate: dict | None = None) -> str:
+    """docs/fashion_mnist_study.md from docs/fashion_mnist_study.json (``off``: the same study with the rule off;
+    ``dilate``: docs/fashion_mnist_dilate.json, PEG's runs with the kernel dilated)."""
     study = Study(data)
     columns = measured(study, columns_of(data))
     budget = data["budget"]
@@ -141,6 +211,8 @@ def render(data: dict, folder: Path, off: dict | None = None) -> str:
         methods=table(["scheme", "method (val)"], [row[:2] for row in method_rows(study, [])]),
         regimes=regime_split({"fashion_mnist_study": data}),
         fall=fall_section(study, columns),
+        dilate=dilate_section(study, dilate),
+        dilate_command=(dilate or {}).get("command", "python -m benchmarks.dilate"),
         rule=rule_section(study, Study(off) if off else None, columns),
         ordering=ordering_section(study),
         machines=machines_text(data, off),
