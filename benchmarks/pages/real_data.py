@@ -13,18 +13,8 @@ from benchmarks.pages.augmentation import differences, method_rows
 from benchmarks.pages.common import anchors, fill, pct, signed, table
 from benchmarks.pages.frontier import difference_text, measured
 from benchmarks.pages.protocol import regime_split
-from benchmarks.pages.summary import Study, head, label, study_machines
+from benchmarks.pages.summary import Study, columns_of, head, label, study_machines
 from benchmarks.stats import holm, paired
-
-
-def columns_of(data: dict) -> list[tuple[str, float]]:
-    """The training size, then every other size under zoom and each larger one under canvas, as factors; the --far
-    sizes (the chosen method only) last in each regime."""
-    train = data["budget"]["img_size"]
-    sizes = sorted(int(s) for s in data.get("sizes", []))
-    far = sorted(int(s) for s in data.get("far") or [] if int(s) not in sizes)
-    zoom = [("zoom", s / train) for s in sizes + far if s != train]
-    return [("zoom", 1.0), *zoom, *(("canvas", s / train) for s in sizes + far if s > train)]
 
 
 def upsampled_line(data: dict) -> str | None:

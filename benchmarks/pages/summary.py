@@ -88,6 +88,16 @@ def page_order(specs: set[str]) -> list[str]:
     return [s for s in MAIN_RUNS if s in specs] + sorted(specs - set(MAIN_RUNS))
 
 
+def columns_of(data: dict) -> list[tuple[str, float]]:
+    """The training size, then every other size under zoom and each larger one under canvas, as factors; the --far
+    sizes (the chosen method only) last in each regime."""
+    train = data["budget"]["img_size"]
+    sizes = sorted(int(s) for s in data.get("sizes", []))
+    far = sorted(int(s) for s in data.get("far") or [] if int(s) not in sizes)
+    zoom = [("zoom", s / train) for s in sizes + far if s != train]
+    return [("zoom", 1.0), *zoom, *(("canvas", s / train) for s in sizes + far if s > train)]
+
+
 class Study:
     """The study's JSON read for the pages: per scheme and column, the test top-1 of each seed under the scheme's
     validation-chosen method."""
