@@ -188,12 +188,26 @@ def test_quality_reencodes_as_jpeg_and_a_bad_source_image_is_one_line(folder, tm
     bad = tmp_path / "bad"
     shutil.copytree(folder, bad)
     (bad / "val" / "b" / "0001.png").write_bytes(b"not an image")
-    before = group_processes()
-    code = shard.main(["--data", "imagefolder", "--data-dir", str(bad), "--out", str(tmp_path / "o"), "--splits", "val",
-                       "--workers", "2", "--quiet"])  # fmt: skip
+    with own_process_group():
+        before = group_processes()
+        code = shard.main(["--data", "imagefolder", "--data-dir", str(bad), "--out", str(tmp_path / "o"),
+                           "--splits", "val", "--workers", "2", "--quiet"])  # fmt: skip
+        left = group_processes() - before  # no writer, nor a process a writer started, outlives the failed command
     err = capsys.readouterr().err.strip()
     assert code == 2 and "0001.png" in err and len(err.splitlines()) == 1, err
-    assert group_processes() <= before  # no writer, nor a process a writer started, outlives the failed command
+    assert not left, left
+
+
+@contextlib.contextmanager
+def own_process_group():
+    """This process leads a process group of its own while the block runs, so that group_processes() sees what it
+    forks and nothing that another test worker (the same session's group) starts meanwhile."""
+    old = os.getpgid(0)
+    os.setpgid(0, 0)
+    try:
+        yield
+    finally:
+        os.setpgid(0, old)
 
 
 def group_processes() -> set[int]:
