@@ -9,7 +9,7 @@ Methods for a new grid:
 
 * ``conv`` (default): the kernel as trained, whatever the grid;
 * ``dilate``: the kernel dilated by the grid's scale against the training grid, per axis and rounded
-  (``round(h / h_train)``, at least 1), so that under zoom it spans the same part of the scene it saw in
+  (h / h_train rounded half up, at least 1), so that under zoom it spans the same part of the scene it saw in
   training. On a grid upsampled by repeating each token k x k it equals the trained conv on the original
   grid, repeated: the kernel's reach in scene units is the one thing it changes.
 
