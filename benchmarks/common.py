@@ -140,10 +140,15 @@ def train_run(run_dir: Path, flags: list[str], retrain: bool = False) -> dict:
         print(f"reusing the finished run in {run_dir}", flush=True)
         res = json.loads((run_dir / "results.json").read_text())
     stamp = json.loads(made.read_text()) if made.is_file() else {}  # a run trained before records were stamped
+    return {**run_results(res), **stamp,
+            "run": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir)}  # fmt: skip
+
+
+def run_results(res: dict) -> dict:
+    """What a page uses of a finished run's results.json (train.py's): its top-1 on each split, seconds and steps."""
     return {"best_val_top1": res["best_val_top1"], "test_top1": res["test"]["test/top1"],
             "train_top1": res.get("last_train", {}).get("train/top1"),
-            "train_seconds": res["train_seconds"], "steps": res["global_step"], **stamp,
-            "run": str(run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir)}  # fmt: skip
+            "train_seconds": res["train_seconds"], "steps": res["global_step"]}  # fmt: skip
 
 
 def study_budget(cfg: Config, **more: object) -> dict:

@@ -20,7 +20,7 @@ import sys
 from functools import cache, partial
 from pathlib import Path
 
-from benchmarks.common import ROOT, fingerprint, study_above, write_record
+from benchmarks.common import ROOT, fingerprint, run_results, study_above, write_record
 
 
 def dilated(pos: str, method: str) -> str | None:
@@ -42,8 +42,8 @@ def same_run(ckpt: Path, run: dict) -> bool:
     SHA-256; its own test top-1 (train.py's, in results.json) must then equal the recorded one exactly."""
     results = ckpt.parent.parent / "results.json"
     try:
-        return json.loads(results.read_text())["test_top1"] == run["test_top1"]
-    except (OSError, ValueError, KeyError):
+        return run_results(json.loads(results.read_text()))["test_top1"] == run["test_top1"]
+    except (OSError, ValueError, KeyError, TypeError):
         return False
 
 
