@@ -614,6 +614,18 @@ def test_augmentation_page_pairs_each_scheme_with_its_runs_without_augmentation_
     assert row[2].startswith("-32.7 [")  # zoom 2x: extrapolate with (0.25, 0.35, 0.37), interpolate without
     row = next(ln for ln in one.splitlines() if ln.startswith("| `rope2d`")).split(" | ")
     assert row[2] == widened(10.0, 5.0, 3, one)  # both interpolate: what augmentation alone does
+    # a far size (tested with each side's chosen method only) has a column of its own, never one under one method
+    for record, top1 in ((aug, 0.30), (plain, 0.20)):
+        record["far"] = ["128"]
+        chosen = record["choices"]["rope2d:patch"]["method"]
+        record["records"] += [{"scheme": "rope2d", "stem": "patch", "method": chosen, "regime": "zoom",
+                               "resolution": 128, "split": "test", "seed": k, "top1": top1, "pool": "all",
+                               "logit_scaling": "none"} for k in SEEDS]  # fmt: skip
+    page = augmentation.render(aug, tmp_path, plain, front)
+    own, one = page.split("## With minus without, paired by seed")[1].split("## With minus without, under one method")
+    header = next(ln for ln in own.splitlines() if ln.startswith("| with")).split(" | ")
+    row = next(ln for ln in own.splitlines() if ln.startswith("| `rope2d`")).split(" | ")
+    assert row[header.index("zoom 4x")].startswith("+10.0") and "zoom 4x" not in one
     page = augmentation.render(aug, tmp_path)
     assert "No scheme has two seeds both with and without augmentation yet." in page
 

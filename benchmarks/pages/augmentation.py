@@ -18,6 +18,11 @@ def baseline(spec: str, baselines: list[Study]) -> Study | None:
     return next((s for s in baselines if spec in s.specs), None)
 
 
+def swept_sizes(data: dict) -> set[int]:
+    """The sizes a study swept every method at on test (its far sizes are tested with the chosen method only)."""
+    return {int(s) for s in data.get("sizes", [])}
+
+
 def method_values(study: Study, spec: str, column: tuple[str, float], method: str) -> dict[int, float]:
     """Per seed, the test top-1 of ``spec`` in ``column`` under ``method`` (every method is swept below the far
     sizes, so this need not be the study's chosen one)."""
@@ -79,8 +84,7 @@ def real_section(with_aug: dict | None, without: dict | None) -> str:
     own = differences(aug, [base], columns)
     if not own:
         return missing
-    # one method: the far sizes are tested with the chosen method only, so the columns both sides swept every method at
-    swept = [c for c in columns if c[1] * aug.train in {int(s) for s in with_aug.get("sizes", [])}]
+    swept = [c for c in columns if c[1] * aug.train in swept_sizes(with_aug)]
     one = differences(aug, [base], swept, same_method=True)
     out = [f"Trained at {aug.train} px on Fashion-MNIST (docs/fashion_mnist_augmentation.json, "
            f"`{with_aug.get('command', '?')}`) "
@@ -108,8 +112,9 @@ def render(
     columns = measured(aug, COLUMNS)
     diffs = differences(aug, bases, columns)
     rows = [[label(s), *(difference_text(diffs.get((s, c))) for c in columns)] for s in aug.specs]
-    # one method on both sides: `shapes` only (another data set's methods are chosen on its own validation split)
-    shapes = [c for c in columns if not isinstance(c[1], str)]
+    # one method on both sides: `shapes` only (another data set's methods are chosen on its own validation split), at
+    # the sizes every method was swept at (the far sizes are tested with each side's chosen method only)
+    shapes = [c for c in columns if not isinstance(c[1], str) and c[1] * aug.train in swept_sizes(data)]
     same = differences(aug, bases, shapes, same_method=True)
     same_rows = [[label(s), *(difference_text(same.get((s, c))) for c in shapes)] for s in aug.specs]
     return fill(
