@@ -626,6 +626,11 @@ def test_augmentation_page_pairs_each_scheme_with_its_runs_without_augmentation_
     header = next(ln for ln in own.splitlines() if ln.startswith("| with")).split(" | ")
     row = next(ln for ln in own.splitlines() if ln.startswith("| `rope2d`")).split(" | ")
     assert row[header.index("zoom 4x")].startswith("+10.0") and "zoom 4x" not in one
+    assert "no cell here" not in one  # every method was tested: the one-method table has all it can hold
+    for r in aug["records"]:  # tested under its own chosen method only (`--test-methods chosen`)
+        r["sweep"] = {"split": "test", "sizes": aug["sizes"], "limit": None, "method": r["method"]}
+    one = augmentation.render(aug, tmp_path, plain, front).split("## With minus without, under one method")[1]
+    assert "chose different methods has no cell here: `rope2d`." in one.split("##")[0]
     page = augmentation.render(aug, tmp_path)
     assert "No scheme has two seeds both with and without augmentation yet." in page
 

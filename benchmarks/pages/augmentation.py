@@ -23,6 +23,27 @@ def swept_sizes(data: dict) -> set[int]:
     return {int(s) for s in data.get("sizes", [])}
 
 
+def chosen_only(data: dict) -> bool:
+    """Whether a study tested each scheme's chosen method only (``--test-methods chosen``) at its swept sizes."""
+    sweeps = [r.get("sweep", {}) for r in data.get("records", []) if r.get("split") == "test"]
+    return any("method" in s and s.get("sizes") == data.get("sizes") for s in sweeps)
+
+
+def unpaired_note(variant: Study, baselines: list[Study], data: dict) -> str:
+    """Where the one-method table cannot hold a scheme: the runs with augmentation were tested under their own chosen
+    method only, and validation chose another one without it."""
+    if not chosen_only(data):
+        return ""
+    apart = [s for s in variant.specs if (b := baseline(s, baselines)) is not None
+             and b.choices.get(s, {}).get("method") != variant.choices.get(s, {}).get("method")]  # fmt: skip
+    if not apart:
+        return ""
+    return (
+        f"\n\nThe runs with augmentation were tested under their own chosen method only (`--test-methods chosen`), "
+        f"so a scheme whose validation sweeps chose different methods has no cell here: {labels(apart)}."
+    )
+
+
 def method_values(study: Study, spec: str, column: tuple[str, float], method: str) -> dict[int, float]:
     """Per seed, the test top-1 of ``spec`` in ``column`` under ``method`` (every method is swept below the far
     sizes, so this need not be the study's chosen one)."""
@@ -128,7 +149,10 @@ def render(
         else "",
         table=aug.table(columns),
         methods=table(["scheme", "method (val), with", "method (val), without"], method_rows(aug, bases)),
-        same=table(["with − without, one method (points)", *(head(*c) for c in shapes)], same_rows) if same else None,
+        same=table(["with − without, one method (points)", *(head(*c) for c in shapes)], same_rows)
+        + unpaired_note(aug, bases, data)
+        if same
+        else None,
         differences=table(["with − without (points)", *(head(*c) for c in columns)], rows)
         if diffs
         else "No scheme has two seeds both with and without augmentation yet.",
