@@ -124,16 +124,19 @@ def test_a_checkpoint_trained_again_is_accepted_only_with_the_recorded_test_top1
     with pytest.raises(SystemExit) as e:
         dilate.main(["--study", str(record), "--json", str(out)])
     assert e.value.code == 2 and "not the run" in capsys.readouterr().err and not out.exists()
-    results = tmp_path / "runs/p0/results.json"  # as train.py writes it
-    for top1, accepted in ((0.69, False), (0.7, True)):  # the recorded test top-1 is 0.7
-        results.write_text(json.dumps({"best_val_top1": 0.8, "test": {"test/top1": top1}, "train_seconds": 1.0,
-                                       "global_step": 10, "last_train": {"train/top1": 0.9}}))  # fmt: skip
-        if accepted:
-            assert dilate.main(["--study", str(record), "--json", str(out)]) == 0
-            continue
-        with pytest.raises(SystemExit):
-            dilate.main(["--study", str(record), "--json", str(out)])
-        assert "not the run" in capsys.readouterr().err and not out.exists()
+
+    def trained_again(top1: float) -> None:  # results.json as train.py writes it; the recorded test top-1 is 0.7
+        (tmp_path / "runs/p0/results.json").write_text(json.dumps({
+            "best_val_top1": 0.8, "test": {"test/top1": top1}, "train_seconds": 1.0, "global_step": 10,
+            "last_train": {"train/top1": 0.9}}))  # fmt: skip
+
+    trained_again(0.69)
+    with pytest.raises(SystemExit):
+        dilate.main(["--study", str(record), "--json", str(out)])
+    assert "not the run" in capsys.readouterr().err and not out.exists()
+
+    trained_again(0.7)
+    assert dilate.main(["--study", str(record), "--json", str(out)]) == 0
     kept = [r for r in json.loads(out.read_text())["records"] if r["seed"] == 0]
     assert kept and all(r["ckpt_sha256"] != r["recorded_sha256"] for r in kept)
 

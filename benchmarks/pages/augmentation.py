@@ -18,6 +18,13 @@ def baseline(spec: str, baselines: list[Study]) -> Study | None:
     return next((s for s in baselines if spec in s.specs), None)
 
 
+def chosen(spec: str, variant: Study, baselines: list[Study]) -> tuple[str, str]:
+    """The method validation chose for ``spec`` with the training change and without it ("—" where a side has none)."""
+    base = baseline(spec, baselines)
+    without = base.choices.get(spec, {}).get("method", "—") if base else "—"
+    return variant.choices.get(spec, {}).get("method", "—"), without
+
+
 def swept_sizes(data: dict) -> set[int]:
     """The sizes a study swept every method at on test (its far sizes are tested with the chosen method only)."""
     return {int(s) for s in data.get("sizes", [])}
@@ -34,8 +41,9 @@ def unpaired_note(variant: Study, baselines: list[Study], data: dict) -> str:
     method only, and validation chose another one without it."""
     if not chosen_only(data):
         return ""
-    apart = [s for s in variant.specs if (b := baseline(s, baselines)) is not None
-             and b.choices.get(s, {}).get("method") != variant.choices.get(s, {}).get("method")]  # fmt: skip
+    apart = [
+        s for s in variant.specs if baseline(s, baselines) is not None and len(set(chosen(s, variant, baselines))) > 1
+    ]
     if not apart:
         return ""
     return (
@@ -73,12 +81,7 @@ def differences(variant: Study, baselines: list[Study], columns: list[tuple[str,
 
 def method_rows(variant: Study, baselines: list[Study]) -> list[list[str]]:
     """Per scheme: the method validation chose with the training change, and without it."""
-    rows = []
-    for spec in variant.specs:
-        base = baseline(spec, baselines)
-        without = base.choices.get(spec, {}).get("method", "—") if base else "—"
-        rows.append([label(spec), f"`{variant.choices.get(spec, {}).get('method', '—')}`", f"`{without}`"])
-    return rows
+    return [[label(s), *(f"`{m}`" for m in chosen(s, variant, baselines))] for s in variant.specs]
 
 
 def baseline_machines(variant: Study, baselines: list[Study]) -> list[str]:
