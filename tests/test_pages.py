@@ -689,12 +689,14 @@ def test_multires_page_pairs_with_the_single_size_runs_and_states_the_share_of_t
     ablation = study_json() | {"train_resolutions": [24, 32, 48], "command": "python -m benchmarks.study --no16"}
     ablation["runs"] = [r for r in ablation["runs"] if r["spec"] == "rope2d:patch" and r["seed"] == 0]
     ablation["records"] = [r | {"top1": 0.5} for r in ablation["records"] if r["scheme"] == "rope2d" and r["seed"] == 0]
+    ablation["runs"] = [r | {"hardware": "1 x no16-cpu", "commit": "n16"} for r in ablation["runs"]]
     part = multires.render(multi, tmp_path, plain, ablation).split("## Without the smallest size")[1]
     assert "the smallest, 16 px (4 x 4 patches)" in part
     assert "(without 16 px), by `python -m benchmarks.study --no16`" in part and "seeds: `rope2d` 0." in part
     rows = [ln.split(" | ") for ln in part.splitlines() if ln.startswith("| `rope2d`")]
     assert [r[1] for r in rows] == ["24, 32, 48 px", "16, 24, 32, 48 px", "32 px alone"]  # its seed (0) on every side
     assert [r[2] for r in rows] == ["50.0¹", "99.0¹", "99.0¹"]  # 1x, seed 0 only
+    assert "- training runs: 1 x no16-cpu (cpu), torch 2.x, commit n16" in part.split("## Where it was measured")[0]
 
 
 MODEL = {"embed_dim": 32, "depth": 2, "num_heads": 2, "patch_size": 4}

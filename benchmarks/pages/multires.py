@@ -65,7 +65,8 @@ def render(data: dict, folder: Path, plain: dict | None, ablation: dict | None =
         studies = [(f"{sizes_text(ablation)} px", abl), (f"{sizes_text(data)} px", multi), ("32 px alone", single)]
         seeds = "; ".join(f"{label(spec)} {', '.join(map(str, v))}" for spec, v in abl.seeds().items())
         without = (f"Trained at {sizes_text(ablation)} px (without {least} px), by `{ablation['command']}`; seeds: "
-                   f"{seeds}.\n\n{ablation_table(studies, measured(abl, COLUMNS))}")  # fmt: skip
+                   f"{seeds}.\n\n{ablation_table(studies, measured(abl, COLUMNS))}\n\n"
+                   f"Where these runs were measured:\n\n{study_machines(ablation)}")  # fmt: skip
     else:
         without = "Not measured yet."
     return fill(
