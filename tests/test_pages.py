@@ -687,9 +687,9 @@ def test_multires_page_pairs_with_the_single_size_runs_and_states_the_share_of_t
     assert "No scheme has two seeds both ways yet." in multires.render(multi, tmp_path, None)
     assert "## Without the smallest size" in page and "Not measured yet." in page.split("## Without the smallest")[1]
     ablation = study_json() | {"train_resolutions": [24, 32, 48], "command": "python -m benchmarks.study --no16"}
-    ablation["runs"] = [r for r in ablation["runs"] if r["spec"] == "rope2d:patch" and r["seed"] == 0]
+    ablation["runs"] = [r | {"hardware": "1 x no16-cpu", "commit": "n16"} for r in ablation["runs"]
+                        if r["spec"] == "rope2d:patch" and r["seed"] == 0]  # fmt: skip
     ablation["records"] = [r | {"top1": 0.5} for r in ablation["records"] if r["scheme"] == "rope2d" and r["seed"] == 0]
-    ablation["runs"] = [r | {"hardware": "1 x no16-cpu", "commit": "n16"} for r in ablation["runs"]]
     part = multires.render(multi, tmp_path, plain, ablation).split("## Without the smallest size")[1]
     assert "the smallest, 16 px (4 x 4 patches)" in part
     assert "(without 16 px), by `python -m benchmarks.study --no16`" in part and "seeds: `rope2d` 0." in part
