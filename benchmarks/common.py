@@ -38,14 +38,15 @@ def run(cmd: list[str]) -> None:
 
 
 def machine() -> dict[str, str | int]:
-    """Where a measurement was made: stored beside it, printed under every table."""
+    """Where and with what code a measurement was made: stored beside it, printed under every table. ``commit`` is
+    the code this process imported, so a speed table names the version it timed as a study's runs do."""
     import torch
 
     from vitpos.training import cpu_name
 
     gpu = {"gpu": torch.cuda.get_device_name()} if torch.cuda.is_available() else {}
     return {"date": time.strftime("%Y-%m-%d"), "cpu": cpu_name(), "cores": len(os.sched_getaffinity(0)), **gpu,
-            "torch": torch.__version__}  # fmt: skip
+            "torch": torch.__version__, "commit": LOADED_VERSION}  # fmt: skip
 
 
 def dumps(record: dict) -> str:

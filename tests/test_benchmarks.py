@@ -299,6 +299,19 @@ def test_a_record_interrupted_while_written_leaves_the_last_one_whole(tmp_path, 
     assert json.loads(out.read_text())["records"] == [1]
 
 
+def test_every_record_header_names_its_code_and_the_page_line_under_its_title_says_it(tmp_path):
+    from benchmarks import common as bench_common
+    from benchmarks.pages.common import measured_line
+
+    out = tmp_path / "cost.json"
+    bench_common.write_record(out, "throughput.py", ["--repeats", "1"], rows=[])
+    record = json.loads(out.read_text())
+    assert record["machine"]["commit"] == bench_common.LOADED_VERSION  # a speed table has no runs to name it
+    assert f"commit {bench_common.LOADED_VERSION}" in measured_line(record)
+    del record["machine"]["commit"]  # a record made before headers named their code: the line claims none
+    assert "commit" not in measured_line(record)
+
+
 def test_records_name_the_code_the_process_imported_not_a_commit_made_while_it_runs(monkeypatch):
     from benchmarks import common as bench_common
 

@@ -141,6 +141,8 @@ def measured_line(d: dict) -> str:
     """The line under a page's title: the command that measured, the machine and, where recorded, its load."""
     m = d["machine"]
     where = f"{m['date']}, {m['cpu']}, {m['cores']} cores, torch {m['torch']}"
+    if "commit" in m:  # records made before the header named its code leave it to their runs' stamps
+        where += f", commit {m['commit']}"
     if "load_average" in d:
         where += f", 1-minute load average {d['load_average'][0]:g} at the start"
         if d["load_average"][0] > m["cores"] and "repeats" in d:  # a timed benchmark: rounds, round-robin
