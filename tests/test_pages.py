@@ -483,9 +483,14 @@ def test_same_kind_reruns_count_exact_agreement_and_leave_other_machines_to_the_
     assert "`relbias`" not in text  # another kind of machine: not a same-kind rerun
     assert "the runs docs/study.json holds now" not in text
     later["rerun"]["ckpt_sha256"] = "beef"  # the study now holds this rerun's checkpoint: its record is the earlier one
-    text = summary.same_kind_reruns(reran, {"runs": [{"ckpt_sha256": "beef"}, {"spec": "none:patch"}]})
-    assert ("1 of these reruns (commit bbb) are the runs docs/study.json holds now: the record they are set against "
-            "is the study's earlier one (commit aaa).") in text  # fmt: skip
+    reran["reruns"][0]["rerun"]["ckpt_sha256"] = "cafe"  # and another record holds the first one's
+    now = {"docs/study.json": {"runs": [{"ckpt_sha256": "beef"}, {"spec": "none:patch"}]},
+           "docs/claims.json": {"runs": [{"ckpt_sha256": "cafe"}]}, "docs/other.json": None}  # fmt: skip
+    text = summary.same_kind_reruns(reran, now)
+    assert (
+        "1 of these reruns (commit bbb) is a run docs/study.json holds now: the record it is set against is its "
+        "earlier one (commit aaa). 1 of these reruns (commit bbb) is a run docs/claims.json holds now"
+    ) in text
     assert summary.same_kind_reruns(None).startswith("No run has been trained again")
 
 

@@ -360,11 +360,11 @@ def reruns(pairs: list[tuple[str, dict | None, str, dict | None]]) -> str:
     return "\n\n".join([table(heads, rows)] * bool(rows) + [" ".join(shared)] * bool(shared))
 
 
-def same_kind_reruns(reran: dict | None, study: dict | None = None) -> str:
+def same_kind_reruns(reran: dict | None, current: dict[str, dict | None] | None = None) -> str:
     """docs/rerun.json (benchmarks/rerun.py): each recorded run trained again by its study's flags on the same kind
     of machine, its test top-1 beside the record's, the largest difference of their last weights, and a verdict line
-    counting those that agree exactly; where reruns are the runs ``study`` (docs/study.json) now holds (the same
-    checkpoints), a line says so: their record is the study's earlier one."""
+    counting those that agree exactly; where reruns are the runs a record of ``current`` (its path: the record, e.g.
+    docs/study.json) now holds (the same checkpoints), a line says so: what they are set against is its earlier one."""
     same = [r for r in (reran or {}).get("reruns", []) if r["recorded"].get("hardware") == r["rerun"].get("hardware")]
     if not same:
         return "No run has been trained again on the same kind of machine yet (`python -m benchmarks.rerun`)."
@@ -395,13 +395,16 @@ def same_kind_reruns(reran: dict | None, study: dict | None = None) -> str:
              "best validation difference (points)", "config fields set apart", "largest weight difference",
              "machine"]  # fmt: skip
     made = "; ".join(f"`{c}`" for c in commands)
-    held = {r.get("ckpt_sha256") for r in (study or {}).get("runs", [])} - {None}
-    own = [r for r in same if r["rerun"].get("ckpt_sha256") in held]
-    if own:
-        at = ", ".join(sorted({r["rerun"].get("commit", "?") for r in own}))
-        before = ", ".join(sorted({r["recorded"].get("commit", "?") for r in own}))
-        verdict += (f" {len(own)} of these reruns (commit {at}) are the runs docs/study.json holds now: the record "
-                    f"they are set against is the study's earlier one (commit {before}).")  # fmt: skip
+    for name, record in (current or {}).items():
+        held = {r.get("ckpt_sha256") for r in (record or {}).get("runs", [])} - {None}
+        own = [r for r in same if r["rerun"].get("ckpt_sha256") in held]
+        if own:
+            at = ", ".join(sorted({r["rerun"].get("commit", "?") for r in own}))
+            before = ", ".join(sorted({r["recorded"].get("commit", "?") for r in own}))
+            one = len(own) == 1
+            verdict += (f" {len(own)} of these reruns (commit {at}) {'is a run' if one else 'are the runs'} {name} "
+                        f"holds now: the record {'it is' if one else 'they are'} set against is its earlier one "
+                        f"(commit {before}).")  # fmt: skip
     return f"{verdict} Made by {made}.\n\n{table(heads, rows)}"
 
 
@@ -789,7 +792,7 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
         shuffle=shuffle_table(study),
         noise=ceiling_noise(study),
         reruns=reruns([("study", data, "rules", earlier), ("claims", claimed, "others", others)]),
-        same_kind=same_kind_reruns(reran, data),
+        same_kind=same_kind_reruns(reran, {"docs/study.json": data, "docs/claims.json": claimed}),
         machines=study_machines(data, others if held else None, held),
         not_measured=not_measured(study, fmnist),
     )
