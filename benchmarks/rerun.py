@@ -12,7 +12,8 @@ every tensor of the two last checkpoints' weights (0: bit for bit the same).
 On the same kind of machine the floating-point order is the same, so a rerun should agree exactly; where it does
 not, the page shows by how much. ``--study REV:PATH`` reads the record as committed at REV: a study trained again at a
 later commit into ``--out`` is set beside the record it replaced (its finished runs are reused, not trained again;
-where the old checkpoints are gone, the weight and config columns say so).
+where the old checkpoints are gone, the weight and config columns say so). ``--out`` may be the record's own folder
+only where each run there is such a later training: a checkpoint other than the one the record names.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.common import ROOT, has_pos_params, run_specs, study_run, train_run, write_record
+from benchmarks.common import ROOT, fingerprint, has_pos_params, run_specs, study_run, train_run, write_record
 from benchmarks.rules import pos_rule_of
 
 
@@ -71,6 +72,15 @@ def read_record(p: argparse.ArgumentParser, where: str) -> dict:
         p.error(f"{where} is not a study record: {e}")
 
 
+def replaced(old: dict) -> bool:
+    """Whether a recorded run's folder now holds a later finished training (a study made again into the same folder
+    at a later commit): its last checkpoint is not the one the record names, so the folder is reused as the rerun
+    and the recorded run, already gone, is not overwritten. A record naming no checkpoint cannot tell: False."""
+    ckpt = ROOT / old["run"] / "checkpoints" / "last.ckpt"
+    return (bool(old.get("ckpt_sha256")) and (ROOT / old["run"] / "results.json").is_file() and ckpt.is_file()
+            and fingerprint(ckpt) != old["ckpt_sha256"])  # fmt: skip
+
+
 def study_flags(study: dict) -> tuple[list[str], dict, str | None, list[int] | None]:
     """What a study passed to every run beyond scheme and seed: its config and size flags, its position rule, its
     position augmentation and its training sizes (from the record's budget and arguments)."""
@@ -98,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         p.error(f"{args.study} records no run {', '.join(missing)}")
     out = ROOT / args.out
-    if any((ROOT / recorded[(s, k)]["run"]).resolve().is_relative_to(out.resolve()) for s in args.runs
-           for k in args.seeds):  # fmt: skip
+    if any((ROOT / recorded[(s, k)]["run"]).resolve().is_relative_to(out.resolve()) and not replaced(recorded[(s, k)])
+           for s in args.runs for k in args.seeds):  # fmt: skip
         p.error(f"--out {args.out} holds the study's own runs: a rerun must not overwrite them")
     flags, rule, aug, sizes = study_flags(study)
     target = Path(args.json)
@@ -117,12 +127,14 @@ def main(argv: list[str] | None = None) -> int:
                     f"{spec} seed {seed}: the study's run {old['run']} was not made by these flags ({run_dir.name})"
                 )
             new = train_run(run_dir, [*flags, *run_flags])
+            # the study trained again into the recorded run's own folder: the recorded files are gone, not compared
+            kept = (ROOT / old["run"]).resolve() != run_dir.resolve()
             old_ckpt, new_ckpt = ROOT / old["run"] / "checkpoints" / "last.ckpt", run_dir / "checkpoints" / "last.ckpt"
-            diff = weight_difference(old_ckpt, new_ckpt) if old_ckpt.is_file() else None
+            diff = weight_difference(old_ckpt, new_ckpt) if kept and old_ckpt.is_file() else None
             configs = [ROOT / old["run"] / "config.yaml", run_dir / "config.yaml"]
             row = {"spec": spec, "seed": seed, "study": name, "command": command, "recorded": old, "rerun": new,
                    "max_weight_difference": diff,
-                   "config_differences": config_differences(*configs) if all(map(Path.is_file, configs))
+                   "config_differences": config_differences(*configs) if kept and all(map(Path.is_file, configs))
                    else None}  # fmt: skip
             rows = [r for r in rows if (r["spec"], r["seed"], r["study"]) != (spec, seed, row["study"])] + [row]
             write_record(target, "rerun.py", argv, reruns=rows)

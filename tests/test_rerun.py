@@ -113,6 +113,28 @@ def test_a_record_since_replaced_is_read_as_committed_and_its_reruns_are_the_new
         assert e.value.code == 2  # the parser's one-line error, not a traceback
 
 
+def test_a_study_made_again_into_the_records_folder_is_its_rerun_and_nothing_is_compared_with_itself(
+    tmp_path, study_record, capsys
+):
+    folder = tmp_path / "runs/study/rope2d-patch-seed0"
+    (folder / "results.json").write_text("{}")  # finished
+    record = json.loads((tmp_path / "study.json").read_text())
+    ckpt = folder / "checkpoints" / "last.ckpt"
+    record["runs"][1]["ckpt_sha256"] = common.fingerprint(ckpt)  # the record's own checkpoint is still there
+    (tmp_path / "study.json").write_text(json.dumps(record))
+    args = ["--study", str(tmp_path / "study.json"), "--runs", "rope2d:patch", "--out", "runs/study", "--json",
+            str(tmp_path / "rerun.json")]  # fmt: skip
+    with pytest.raises(SystemExit):
+        rerun.main(args)
+    assert "holds the study's own runs" in capsys.readouterr().err and not study_record
+    record["runs"][1]["ckpt_sha256"] = "0" * 64  # a later training replaced it in the same folder
+    (tmp_path / "study.json").write_text(json.dumps(record))
+    assert rerun.main(args) == 0
+    (row,) = json.loads((tmp_path / "rerun.json").read_text())["reruns"]
+    assert row["rerun"]["run"] == row["recorded"]["run"] == "runs/study/rope2d-patch-seed0"
+    assert row["max_weight_difference"] is None and row["config_differences"] is None  # not the run against itself
+
+
 def test_config_differences_name_the_fields_two_runs_set_apart_but_where_they_went(tmp_path):
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
     a.write_text("model:\n  pos: rope2d\n  img_size: 32\ntrainer:\n  out: runs/a\n  seed: 0\n")
