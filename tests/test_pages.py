@@ -459,7 +459,8 @@ def test_same_checkpoint_needs_a_recorded_hash_on_both_sides():
 
 def test_same_kind_reruns_count_exact_agreement_and_leave_other_machines_to_the_other_table():
     def row(spec, old, new, w, hardware="1 x CPU"):
-        return {"spec": spec, "seed": 0, "max_weight_difference": w, "config_differences": [],
+        return {"spec": spec, "seed": 0, "study": "docs/study.json", "max_weight_difference": w,
+                "config_differences": [],
                 "recorded": {"test_top1": old, "commit": "aaa", "hardware": "1 x CPU"},
                 "rerun": {"test_top1": new, "commit": "bbb", "hardware": hardware}}  # fmt: skip
 
@@ -467,18 +468,26 @@ def test_same_kind_reruns_count_exact_agreement_and_leave_other_machines_to_the_
     text = summary.same_kind_reruns(reran)
     assert text.startswith("1 of 1 reruns on the same kind of machine give the recorded test top-1 exactly, and 1 of "
                            "the 1 whose recorded checkpoint is still at hand end")  # fmt: skip
-    assert "| `rope2d` | 0 | 99.2 (aaa) | 99.2 (bbb) | +0.0 | — | none | 0 (bit for bit) | 1 x CPU |" in text
+    assert (
+        "| docs/study.json | `rope2d` | 0 | 99.2 (aaa) | 99.2 (bbb) | +0.0 | — | none | 0 (bit for bit) | 1 x CPU |"
+        in text
+    )
     assert "Made by `python -m benchmarks.rerun`." in text  # a row without its own command: the record's
     reran["reruns"] += [row("learned:patch", 0.976, 0.971, 3e-4), row("relbias:patch", 0.9, 0.5, 1.0, "1 x GPU")]
     # a later command's row, its old checkpoint gone: no weights compared, its validation difference shown
-    later = row("sincos2d:patch", 0.95, 0.95, None) | {"command": "python -m benchmarks.rerun --study abc:x.json"}
+    later = row("sincos2d:patch", 0.95, 0.95, None) | {
+        "command": "python -m benchmarks.rerun --study abc:x.json",
+        "study": "abc:docs/x.json",
+    }  # a record as committed at abc
     later["recorded"]["best_val_top1"], later["rerun"]["best_val_top1"] = 0.950, 0.951
     reran["reruns"].append(later)
     text = summary.same_kind_reruns(reran)
     assert text.startswith("2 of 3 reruns") and "and 1 of the 2 whose recorded checkpoint" in text
     assert "the largest difference is 0.5 points." in text
-    assert "| `learned` | 0 | 97.6 (aaa) | 97.1 (bbb) | -0.5 | — | none | 0.0003 | 1 x CPU |" in text
-    assert "| `sincos2d` | 0 | 95.0 (aaa) | 95.0 (bbb) | +0.0 | +0.1 | none | — | 1 x CPU |" in text
+    assert "| docs/study.json | `learned` | 0 | 97.6 (aaa) | 97.1 (bbb) | -0.5 | — | none | 0.0003 | 1 x CPU |" in text
+    assert text.endswith(
+        "| docs/x.json | `sincos2d` | 0 | 95.0 (aaa) | 95.0 (bbb) | +0.0 | +0.1 | none | — | 1 x CPU |"
+    )
     assert "Made by `python -m benchmarks.rerun`; `python -m benchmarks.rerun --study abc:x.json`." in text
     assert "`relbias`" not in text  # another kind of machine: not a same-kind rerun
     assert "the runs docs/study.json holds now" not in text

@@ -62,6 +62,7 @@ def summary_page(folder: Path, study: dict, figure_folder: Path | None = None) -
         others=read(folder / "others.json"),
         chosen=proto["top_others"]["chosen"] if proto else [],
         claimed=read(folder / "claims.json"),
+        remade={f"docs/{n}.json": read(folder / f"{n}.json") for n in ("multires", "multires_no16")},
     )
 
 

@@ -375,11 +375,14 @@ def same_kind_reruns(reran: dict | None, current: dict[str, dict | None] | None 
     def configs(d: list[str] | None) -> str:
         return "—" if d is None else ", ".join(f"`{k}`" for k in d) or "none"
 
+    def record(r: dict) -> str:  # the record's path, without the revision it was read at (REV:PATH)
+        return r.get("study", "?").rpartition(":")[2]
+
     rows = []
-    for r in sorted(same, key=lambda r: (r["spec"], r["seed"])):
+    for r in sorted(same, key=lambda r: (record(r), r["spec"], r["seed"])):
         old, new = r["recorded"], r["rerun"]
         val = [x.get("best_val_top1") for x in (old, new)]
-        rows.append([label(r["spec"]), str(r["seed"]), f"{pct(old['test_top1'])} ({old.get('commit', '?')})",
+        rows.append([record(r), label(r["spec"]), str(r["seed"]), f"{pct(old['test_top1'])} ({old.get('commit', '?')})",
                      f"{pct(new['test_top1'])} ({new.get('commit', '?')})", signed(new["test_top1"] - old["test_top1"]),
                      "—" if None in val else signed(val[1] - val[0]), configs(r.get("config_differences")),
                      weights(r.get("max_weight_difference")), new.get("hardware", "?")])  # fmt: skip
@@ -391,7 +394,7 @@ def same_kind_reruns(reran: dict | None, current: dict[str, dict | None] | None 
                "same weights bit for bit")  # fmt: skip
     verdict += "." if exact == len(same) else f"; the largest difference is {100 * max(gaps):.1f} points."
     commands = list(dict.fromkeys(r.get("command") or reran["command"] for r in same))
-    heads = ["scheme", "seed", "recorded test top-1 (commit)", "rerun (commit)", "test difference (points)",
+    heads = ["record", "scheme", "seed", "recorded test top-1 (commit)", "rerun (commit)", "test difference (points)",
              "best validation difference (points)", "config fields set apart", "largest weight difference",
              "machine"]  # fmt: skip
     made = "; ".join(f"`{c}`" for c in commands)
@@ -762,13 +765,15 @@ def chosen_others(others: dict, held: list[str], rowless: list[str] = (), data: 
 
 def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | None = None,
            fmnist: dict | None = None, reran: dict | None = None, others: dict | None = None,
-           chosen: list[str] = (), claimed: dict | None = None) -> tuple[str, str]:  # fmt: skip
+           chosen: list[str] = (), claimed: dict | None = None,
+           remade: dict[str, dict | None] | None = None) -> tuple[str, str]:  # fmt: skip
     """(docs/summary.md, the README's table block) from docs/study.json (``earlier``, docs/rules.json, for the
     reruns' table; ``cost``, docs/cost.json, for the cost column; ``fmnist``, docs/fashion_mnist_study.json, for the
     Fashion-MNIST column; ``reran``, docs/rerun.json, for the reruns on the same kind of machine; ``others``,
     docs/others.json, for the second table's rows of ``chosen``, the other schemes validation chose to be given every
-    seed; ``claimed``, docs/claims.json, whose runs ``others`` may train again); the figure is written beside the
-    page. Each table holds one record's runs: one machine kind, one commit."""
+    seed; ``claimed``, docs/claims.json, whose runs ``others`` may train again; ``remade``, other records by path
+    whose runs may be reruns of an earlier version of themselves); the figure is written beside the page. Each table
+    holds one record's runs: one machine kind, one commit."""
     held = [s for s in chosen if any(r["spec"] == s for r in (others or {}).get("runs", []))]
     rowless = [s for s in chosen if s not in held]
     study = Study(merged(data, others, set(held)) if held else data, cost, fmnist)
@@ -792,7 +797,7 @@ def render(data: dict, folder: Path, earlier: dict | None = None, cost: dict | N
         shuffle=shuffle_table(study),
         noise=ceiling_noise(study),
         reruns=reruns([("study", data, "rules", earlier), ("claims", claimed, "others", others)]),
-        same_kind=same_kind_reruns(reran, {"docs/study.json": data, "docs/claims.json": claimed}),
+        same_kind=same_kind_reruns(reran, {"docs/study.json": data, "docs/claims.json": claimed, **(remade or {})}),
         machines=study_machines(data, others if held else None, held),
         not_measured=not_measured(study, fmnist),
     )
