@@ -33,10 +33,10 @@ def bounded(low: float, high: float) -> tuple[float, float]:
 def mean_ci(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
     """(mean, low, high): Student's t interval over the values; low = high = mean for a single value."""
     n = len(values)
-    m = sum(values) / n
+    m = math.fsum(values) / n  # exactly rounded: a page's mean does not depend on the order its records list runs
     if n < 2:
         return m, m, m
-    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
+    sd = math.sqrt(math.fsum((v - m) ** 2 for v in values) / (n - 1))
     h = sp.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
     return m, m - h, m + h
 
@@ -79,7 +79,7 @@ def paired(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Diff
     n = len(d)
     if all(v == d[0] for v in d):  # no spread: the interval is the point, and the test is decided by the sign
         return Difference(m, m, m, 1.0 if m == 0 else 0.0, n, n, "paired t", 0.0, n - 1, level=level)
-    se = math.sqrt(sum((v - m) ** 2 for v in d) / (n - 1) / n)
+    se = math.sqrt(math.fsum((v - m) ** 2 for v in d) / (n - 1) / n)
     p = float(sp.ttest_rel(a, b).pvalue)
     return Difference(m, *bounded(lo, hi), p, n, n, "paired t", se, n - 1, level=level)
 
@@ -88,9 +88,9 @@ def welch(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Diffe
     """a - b over independent runs: Welch's t interval (unequal variances)."""
     if len(a) < 2 or len(b) < 2:
         raise ValueError(f"a difference between means needs two or more runs on each side, got {len(a)} and {len(b)}")
-    ma, mb = sum(a) / len(a), sum(b) / len(b)
-    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1) / len(a)
-    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
+    ma, mb = math.fsum(a) / len(a), math.fsum(b) / len(b)
+    va = math.fsum((x - ma) ** 2 for x in a) / (len(a) - 1) / len(a)
+    vb = math.fsum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
     d = ma - mb
     if va + vb == 0:
         return Difference(d, d, d, 1.0 if d == 0 else 0.0, len(a), len(b), "Welch t", 0.0, 1.0, level=level)

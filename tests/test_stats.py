@@ -20,6 +20,16 @@ def test_mean_ci_is_students_t_interval():
     assert stats.mean_ci([0.5]) == (0.5, 0.5, 0.5)
 
 
+def test_a_mean_and_its_interval_do_not_depend_on_the_order_the_runs_are_listed():
+    # five test top-1 whose plain float sum rounds to 47.8 % in one order and 47.9 % in another
+    top1 = [0.524, 0.497, 0.4845, 0.4925, 0.3945]
+    orders = [top1, top1[::-1], sorted(top1), [top1[i] for i in (2, 0, 4, 1, 3)]]
+    assert len({sum(o) for o in orders}) > 1  # the plain sum does depend on it
+    assert len({stats.mean_ci(o) for o in orders}) == 1
+    assert len({f"{100 * stats.mean_ci(o)[0]:.1f}" for o in orders}) == 1
+    assert len({stats.welch(o, B).diff for o in orders}) == 1
+
+
 def test_paired_difference_matches_scipy_and_is_narrower_than_welch_on_correlated_runs():
     d = stats.paired(A, B)
     ref = sp.ttest_rel(A, B)
