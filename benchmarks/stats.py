@@ -15,7 +15,7 @@ interval is cut to that range: with two seeds over many comparisons the t-interv
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from scipy import stats as sp
@@ -28,6 +28,12 @@ BOUND = 1.0
 
 def bounded(low: float, high: float) -> tuple[float, float]:
     return max(low, -BOUND), min(high, BOUND)
+
+
+def mean(values: Iterable[float]) -> float:
+    """The mean, exactly rounded (``math.fsum``): a page's number does not depend on the order its record lists runs."""
+    values = list(values)
+    return math.fsum(values) / len(values)
 
 
 def mean_ci(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:

@@ -14,7 +14,7 @@ from benchmarks.pages.common import anchors, fill, pct, signed, table
 from benchmarks.pages.frontier import difference_text, measured
 from benchmarks.pages.protocol import regime_split
 from benchmarks.pages.summary import Study, columns_of, head, label, study_machines
-from benchmarks.stats import holm, paired
+from benchmarks.stats import holm, mean, paired
 
 
 def upsampled_line(data: dict) -> str | None:
@@ -113,12 +113,12 @@ def dilate_section(study: Study, dilate: dict | None, base: str = "none:patch") 
     choose = []
     for spec in specs:
         for regime in ("zoom", "canvas"):
-            diffs = [sum(x[k] - y[k] for k in shared) / len(shared) for c in columns if c[0] == regime
+            diffs = [mean(x[k] - y[k] for k in shared) for c in columns if c[0] == regime
                      if (shared := set(x := got.get((spec, "val", "dilate", *c), {}))
                          & set(y := got.get((spec, "val", "conv", *c), {})))]  # fmt: skip
             if diffs:
                 choose.append(f"{label(spec)} under {regime}: {'`dilate`' if sum(diffs) > 0 else 'as it is'} "
-                              f"({signed(sum(diffs) / len(diffs))} points)")  # fmt: skip
+                              f"({signed(mean(diffs))} points)")  # fmt: skip
     limit = next((r["sweep"]["limit"] for r in dilate["records"] if r["split"] == "val"), None)
     if choose:
         out += ["", f"On validation ({f'its first {limit:,}' if limit else 'all its'} images per cell), the mean "
@@ -161,7 +161,7 @@ def ordering_section(study: Study) -> str:
            f"{budget['num_heads']} heads, {parameters(budget) / 1e6:.2f}M parameters against the published "
            f"{ref['params'] / 1e6:.2f}M), each published neighbour pair, the first minus the second, paired by seed, "
            "with the interval widened over these comparisons (Bonferroni) and verdicts by Holm:", ""]  # fmt: skip
-    measured_order = sorted((s for s in specs if top1[s]), key=lambda s: -sum(top1[s].values()) / len(top1[s]))
+    measured_order = sorted((s for s in specs if top1[s]), key=lambda s: -mean(top1[s].values()))
     for (a, b), d in zip(found, holm(list(found.values())), strict=True):
         verdict = {"above": "agrees", "below": "disagrees"}.get(d.verdict, "not separated (the runs cannot tell)")
         out.append(f"- {label(a)} above {label(b)}: {verdict}, {signed(d.diff)} [{signed(d.low)}, {signed(d.high)}] "
@@ -169,7 +169,7 @@ def ordering_section(study: Study) -> str:
     if not found:
         out.append("- No published neighbour pair has two shared seeds yet.")
     if measured_order:
-        means = [f"{label(s)} {pct(sum(top1[s].values()) / len(top1[s]))}" for s in measured_order]
+        means = [f"{label(s)} {pct(mean(top1[s].values()))}" for s in measured_order]
         out += ["", f"Measured order of the means here: {' > '.join(means)}."]
     return "\n".join(out)
 

@@ -23,7 +23,7 @@ from benchmarks.pages.common import (
     table,
     tiny_model,
 )
-from benchmarks.stats import Difference, holm, mean_ci, paired
+from benchmarks.stats import Difference, holm, mean, mean_ci, paired
 
 # the columns: (regime, factor of the training size); 1x is zoom at the training size
 # ("finetune", 2.0): tested at 2x after one epoch of fine-tuning there (the study's step 9); ("fmnist", "native"):
@@ -175,7 +175,7 @@ def guide(study: Study) -> list[str]:
         cells = {s: v for s in study.specs if (v := study.values(s, column))}
         # a one-seed cell is ranked only where no scheme has more: it has no interval to be judged by
         cells = {s: v for s, v in cells.items() if len(v) >= 2} or cells
-        means = {s: sum(v.values()) / len(v) for s, v in cells.items()}
+        means = {s: mean(v.values()) for s, v in cells.items()}
         if not means:
             continue
         best, *rest = sorted(means, key=lambda s: -means[s])
@@ -283,11 +283,11 @@ def entropy_table(study: Study) -> str:
     frac: dict[tuple[str, str, float], list[float]] = defaultdict(list)
     for e in study.data.get("entropy", []):
         values = [v for block in e["entropy"] for v in block]
-        frac[(e["spec"], e["regime"], e["resolution"] / study.train)].append(sum(values) / len(values) / e["log_n"])
+        frac[(e["spec"], e["regime"], e["resolution"] / study.train)].append(mean(values) / e["log_n"])
     if not frac:
         return "Not measured yet."
     measured = {spec for spec, *_ in frac}  # a scheme whose study measured none has no row
-    rows = [[label(s), *(f"{sum(v) / len(v):.2f}" if (v := frac.get((s, *c))) else "—" for c in ENTROPY_COLUMNS)]
+    rows = [[label(s), *(f"{mean(v):.2f}" if (v := frac.get((s, *c))) else "—" for c in ENTROPY_COLUMNS)]
             for s in study.specs if s in measured]  # fmt: skip
     return table(["scheme", *(head(*c) for c in ENTROPY_COLUMNS)], rows)
 
@@ -418,7 +418,7 @@ def hindsight_best(study: Study, spec: str) -> str | None:
     cells: dict[str, dict[tuple[str, int], float]] = {}
     for (s, g, m, size), v in study.methods.items():
         if s == spec and isinstance(size, int) and size != study.train and v:
-            cells.setdefault(m, {})[(g, size)] = sum(v.values()) / len(v)
+            cells.setdefault(m, {})[(g, size)] = mean(v.values())
     shared = set.intersection(*(set(c) for c in cells.values())) if cells else set()
     if not shared:
         return None
@@ -466,14 +466,14 @@ def plot(study: Study, png: Path) -> None:
                          key=lambda m: (m == chosen, m == best, m))  # fmt: skip
         for method in methods:  # the chosen one last, on top
             for regime, style in (("zoom", "-"), ("canvas", "--")):
-                pts = sorted((size / study.train, sum(v.values()) / len(v))
+                pts = sorted((size / study.train, mean(v.values()))
                              for (s, g, m, size), v in study.methods.items()
                              if (s, g, m) == (spec, regime, method) and isinstance(size, int))  # fmt: skip
                 if pts:
                     colour, width = (("tab:orange", 2.0) if method == chosen else ("tab:purple", 1.5)
                                      if method == best else ("0.65", 1.0))  # fmt: skip
                     ax.plot(*zip(*pts), style, color=colour, linewidth=width, marker="o", markersize=3)
-        tuned = [(factor, sum(v.values()) / len(v)) for (s, g, factor), v in study.cells.items()
+        tuned = [(factor, mean(v.values())) for (s, g, factor), v in study.cells.items()
                  if (s, g) == (spec, "finetune") and v]  # fmt: skip
         if tuned:
             ax.plot(*zip(*tuned), linestyle="none", marker="*", markersize=9, color="tab:green")
