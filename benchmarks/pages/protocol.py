@@ -166,8 +166,8 @@ def studied_seeds(specs: list[str], *records: dict | None) -> str:
     out = []
     for s in specs:
         val = {r["seed"]: r["best_val_top1"] for rec in records if rec for r in rec.get("runs", []) if r["spec"] == s}
-        mean = f" (mean validation top-1 {pct(sum(val.values()) / len(val))} %)" if val else ""
-        out.append(f"`{s}` {len(val) or 'none'}{mean}")
+        average = f" (mean validation top-1 {pct(mean(val.values()))} %)" if val else ""
+        out.append(f"`{s}` {len(val) or 'none'}{average}")
     return ", ".join(out)
 
 
