@@ -13,11 +13,21 @@ work that costs more than the attention itself. :class:`LearnedBiasAttention` in
 Two details keep the fused kernels in play: a mask is handed over as (1, heads, N, N), because the
 CPU flash kernel takes 2-D or 4-D masks only, and no mask at all is passed when there is no bias.
 
+On CUDA a bias can also go to FlexAttention (:func:`attention_kernel`): the bias is read inside the kernel by a
+``score_mod``, and a scheme that masks (lookhere) hands over a block mask, so that key blocks a query block cannot
+see are skipped. Which of the two is faster for each bias scheme and grid is what ``benchmarks/attention.py``
+measures; until a measurement says otherwise, ``auto`` keeps SDPA.
+
 While ``torch.export`` traces the model, attention is spelled out as matmul, softmax, matmul instead
 (:func:`spelled_out`), the form the ONNX exporter needs.
 """
 
 from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -28,13 +38,45 @@ from .compat.torch import FLASH_CPU
 
 CHUNK_BYTES = 4 << 20  # probabilities recomputed per backward chunk: a few MiB, about a core's share of cache
 
+# The kernels a biased attention can run on. "auto": FlexAttention on CUDA where FLEX_ON_CUDA says so, else SDPA.
+KERNELS = ("auto", "sdpa", "flex")
+FLEX_ON_CUDA = False  # auto's choice on CUDA: SDPA until benchmarks/attention.py shows FlexAttention faster
+_kernel = "auto"
 
-def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, scale: float | None = None) -> Tensor:
-    """softmax(q k^T * scale + bias) v for q, k, v (B, heads, N, d) and bias (heads, N, N) or None."""
+
+@contextlib.contextmanager
+def attention_kernel(name: str) -> Iterator[None]:
+    """Within the block, attention with a bias runs on ``name``: "sdpa" (the bias as a dense mask), "flex"
+    (FlexAttention; on the CPU for inference only, as it has no CPU backward) or "auto"."""
+    global _kernel
+    if name not in KERNELS:
+        raise ValueError(f"unknown attention kernel '{name}'; valid: {', '.join(KERNELS)}")
+    before, _kernel = _kernel, name
+    try:
+        yield
+    finally:
+        _kernel = before
+
+
+def uses_flex(device: torch.device | str | None) -> bool:
+    """Whether a biased attention on ``device`` runs on FlexAttention now (a masking scheme builds its block mask
+    only then)."""
+    device = torch.device(device or "cpu")
+    if _kernel == "auto":
+        return FLEX_ON_CUDA and device.type == "cuda"
+    return _kernel == "flex" and (device.type == "cuda" or not torch.is_grad_enabled())
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, scale: float | None = None,
+              block_mask: object | None = None) -> Tensor:  # fmt: skip
+    """softmax(q k^T * scale + bias) v for q, k, v (B, heads, N, d) and bias (heads, N, N) or None. ``block_mask``:
+    FlexAttention's BlockMask of the keys each query may see, where the bias masks (-inf) and the flex kernel runs."""
     if torch.compiler.is_exporting():
         return spelled_out(q, k, v, bias, scale)
     if bias is None:
         return F.scaled_dot_product_attention(q, k, v, scale=scale)
+    if uses_flex(q.device):
+        return flex(q, k, v, bias, scale, block_mask)
     bias = bias.to(q.dtype)
     if (
         FLASH_CPU is not None
@@ -47,6 +89,42 @@ def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, scale
     ):
         return LearnedBiasAttention.apply(q, k, v, bias, q.shape[-1] ** -0.5 if scale is None else scale)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias[None] if bias.dim() == 3 else bias, scale=scale)
+
+
+def flex(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float | None = None,
+         block_mask: object | None = None) -> Tensor:  # fmt: skip
+    """Biased attention on FlexAttention: the (heads, N, N) bias added to each logit inside the kernel (it is never
+    broadcast over the batch), its gradient accumulated there; key blocks outside ``block_mask`` are skipped."""
+
+    def add_bias(score: Tensor, b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
+        return score + bias[h, i, j]
+
+    return flex_kernel(q.device.type)(q, k, v, score_mod=add_bias, block_mask=block_mask, scale=scale)
+
+
+@functools.cache
+def flex_kernel(device_type: str):
+    """FlexAttention for ``device_type``: compiled on CUDA (its only fast form), eager elsewhere (an unfused
+    reference that serves the CPU's inference and tests; its warning says so, and is silenced here)."""
+    from torch.nn.attention.flex_attention import flex_attention as kernel
+
+    if device_type == "cuda":
+        return torch.compile(kernel, dynamic=False)
+
+    def eager(*args, **kwargs) -> Tensor:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
+            return kernel(*args, **kwargs)
+
+    return eager
+
+
+def block_mask_of(visible: Tensor):
+    """FlexAttention's BlockMask for a boolean (heads, N, N) of the keys each query sees."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    heads, n, m = visible.shape
+    return create_block_mask(lambda b, h, i, j: visible[h, i, j], None, heads, n, m, device=visible.device)
 
 
 def spelled_out(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, scale: float | None = None) -> Tensor:

@@ -93,7 +93,7 @@ class Attention(nn.Module):
     def forward(self, x: Tensor, pos: AttnPos) -> Tensor:
         q, k, v = self.heads_qkv(x, pos)
         q, scale = self.scaled_q(q, pos)
-        x = attention(q, k, v, pos.bias, scale=scale)  # (B, h, N, d)
+        x = attention(q, k, v, pos.bias, scale=scale, block_mask=pos.block_mask)  # (B, h, N, d)
         return self.proj(rearrange(x, "b h n d -> b n (h d)"))
 
 

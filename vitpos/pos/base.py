@@ -47,6 +47,8 @@ class AttnPos:
     mix: a linear map per head, (heads, d, d), applied to q and k of every token (prefix tokens too) before
           the rotation (:func:`mix_qkv`): STRING's learned orthogonal P. It folds into the q and k projections
           for inference (:meth:`PosScheme.fold`).
+    block_mask: FlexAttention's BlockMask of the keys each query may see, where ``bias`` masks (-inf) and attention
+          runs on FlexAttention (``vitpos.attention.uses_flex``): whole key blocks outside it are skipped.
     """
 
     rope: Tensor | None = None
@@ -54,6 +56,7 @@ class AttnPos:
     logit_scale: float | Tensor = 1.0
     rotation: Tensor | None = None
     mix: Tensor | None = None
+    block_mask: object | None = None
 
 
 NO_POS = AttnPos()

@@ -22,6 +22,9 @@ default 3-head ViT sees up, down and left at 180 degrees, which still covers the
 
 Prefix tokens (a class token) get zero rows and columns, as in the reference: unmasked, no penalty.
 
+On FlexAttention (``vitpos.attention``) the fields of view also go to the kernel as a block mask, so that key blocks
+a head cannot see are skipped rather than computed and masked.
+
 Methods for a new grid, as ``alibi2d``: ``extrapolate`` (offsets as they are) and ``scaled`` (offsets
 scaled per axis by the training grid over the new one, for masks and distances alike).
 """
@@ -31,6 +34,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..attention import block_mask_of, uses_flex
 from .alibi2d import pad_prefix, scaled_offsets
 from .base import AttnPos, Grid, PosScheme
 
@@ -92,4 +96,7 @@ class LookHerePos(PosScheme):
 
     def attn_pos(self, grid: Grid, device=None) -> list[AttnPos]:
         bias = self.cached(("bias", tuple(grid), device), lambda: self.bias(grid, device))
-        return [AttnPos(bias=b) for b in bias.unbind(0)]
+        mask = None
+        if uses_flex(bias.device):  # the fields of view as FlexAttention's block mask: what each head never sees
+            mask = self.cached(("block_mask", tuple(grid), device), lambda: block_mask_of(bias.isfinite().any(0)))
+        return [AttnPos(bias=b, block_mask=mask) for b in bias.unbind(0)]
