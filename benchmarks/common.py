@@ -44,7 +44,20 @@ def machine() -> dict[str, str | int]:
 
     from vitpos.training import cpu_name
 
-    gpu = {"gpu": torch.cuda.get_device_name()} if torch.cuda.is_available() else {}
+    gpu = {}
+    if torch.cuda.is_available():
+        smi = [
+            "nvidia-smi",
+            "--query-gpu=driver_version",
+            "--format=csv,noheader",
+            "-i",
+            str(torch.cuda.current_device()),
+        ]
+        try:
+            driver = subprocess.run(smi, capture_output=True, text=True, timeout=30).stdout.strip() or "unknown"
+        except (OSError, subprocess.TimeoutExpired):
+            driver = "unknown"
+        gpu = {"gpu": torch.cuda.get_device_name(), "driver": driver, "cuda": torch.version.cuda}
     return {"date": time.strftime("%Y-%m-%d"), "cpu": cpu_name(), "cores": len(os.sched_getaffinity(0)), **gpu,
             "torch": torch.__version__, "commit": LOADED_VERSION}  # fmt: skip
 

@@ -6,10 +6,15 @@
                                                         # docs/performance_compile.json: torch.compile vs eager
     python -m benchmarks.throughput --quick --out /tmp/performance.json   # smoke test, seconds
 
-Per grid every contender (the schemes; timm's ``VisionTransformer``, RoPE ``Eva`` and relpos ViT for `learned`,
-`rope2d` and `relbias`) is warmed up, then all run round-robin, ``--repeats`` rounds of ``--steps`` training steps:
-img/s per round, the peak memory of one step, the forward FLOPs per image. Also: a square matmul (the machine's
-peak) and the rate at which the `shapes` set renders.
+    python -m benchmarks.throughput --device cuda --dtype bf16 --model small --img-sizes 224 384 512 \
+        --schemes learned rope2d relbias rope2d-mixed lookhere [--compiled] --out OUT.json   # ViT-S/16 on a GPU
+
+Per grid every contender (the schemes, and timm's counterpart of each: ``VisionTransformer`` for `learned`, RoPE
+``Eva`` for `rope2d`, its mixed-RoPE form for `rope2d-mixed`, the relpos ViT for `relbias`; a scheme timm has no
+model of, such as `lookhere`, is set beside timm's plain ViT) is warmed up, then all run round-robin, ``--repeats``
+rounds of ``--steps`` training steps: img/s per round, the peak memory of one step, the forward FLOPs per image.
+``--compiled`` times every contender under ``torch.compile`` instead. Also: a square matmul (the machine's peak as
+measured; docs/anchors.yaml has the datasheet's) and the rate at which the `shapes` set renders.
 """
 
 from __future__ import annotations
@@ -52,7 +57,9 @@ SCHEMES = (
     "string",
     "pape",
 )
-TIMM = ("learned", "rope2d", "relbias")  # the schemes timm has a model of
+# each scheme's counterpart in timm: its own model where timm has one, else timm's plain ViT (no position cost)
+TIMM = {"learned": "timm:learned", "rope2d": "timm:rope2d", "relbias": "timm:relbias",
+        "rope2d-mixed": "timm:rope2d-mixed", "lookhere": "timm:learned"}  # fmt: skip
 
 
 def build(name: str, img: int, a: argparse.Namespace) -> torch.nn.Module:
@@ -65,8 +72,9 @@ def build(name: str, img: int, a: argparse.Namespace) -> torch.nn.Module:
     kw = dict(dims, global_pool="avg", class_token=False)
     if name == "timm:learned":
         return VisionTransformer(**kw)
-    if name == "timm:rope2d":
-        return timm.create_model("vit_small_patch16_rope_224", pretrained=False, init_values=None, **kw)
+    if name in ("timm:rope2d", "timm:rope2d-mixed"):
+        arch = "vit_small_patch16_rope_224" if name == "timm:rope2d" else "vit_small_patch16_rope_mixed_224"
+        return timm.create_model(arch, pretrained=False, init_values=None, **kw)
     return VisionTransformerRelPos(rel_pos_type="bias", init_values=None, **kw)
 
 
@@ -139,14 +147,23 @@ def matmul_peak_tflops(a: argparse.Namespace) -> float:
 
 
 def bench_grid(img: int, batch: int, a: argparse.Namespace) -> dict:
-    names = a.schemes + [f"timm:{k}" for k in TIMM if k in a.schemes]
+    names = list(dict.fromkeys(a.schemes + [TIMM[k] for k in a.schemes if k in TIMM]))
     g = torch.Generator().manual_seed(0)
     x = torch.randn(batch, 3, img, img, generator=g).to(a.device)
     y = torch.randint(0, NUM_CLASSES, (batch,), generator=g).to(a.device)
     models = {}
+    missing = []
     for n in names:
         torch.manual_seed(0)
-        models[n] = build(n, img, a).to(a.device).train()
+        try:
+            models[n] = build(n, img, a).to(a.device).train()
+        except RuntimeError as e:  # an older timm without that model: the row says so
+            if not n.startswith("timm:"):
+                raise
+            missing.append(f"{n}: {e}")
+            continue
+        if a.compiled:
+            models[n] = torch.compile(models[n])
     steps = {n: trainer(m, x, y, a) for n, m in models.items()}
     for step in steps.values():
         repeat(step, a.warmup, a)()
@@ -154,13 +171,15 @@ def bench_grid(img: int, batch: int, a: argparse.Namespace) -> dict:
     out = {}
     for n, m in models.items():
         out[n] = {"img_s": [a.steps * batch / t for t in seconds[n]], "memory_mib": step_memory_mib(steps[n], a),
-                  "gflops_fwd": forward_gflops(m, x[:1], a)}  # fmt: skip
+                  "gflops_fwd": forward_gflops(getattr(m, "_orig_mod", m), x[:1], a),
+                  **({"counterpart": TIMM[n]} if TIMM.get(n) in models else {})}  # fmt: skip
         print(f"  {img} px {n:14s} img/s {' '.join(f'{v:.1f}' for v in out[n]['img_s'])}", file=sys.stderr)
     render_shapes(8, img, img, 0)  # warm-up
     t0 = time.perf_counter()
     render_shapes(a.data_images, img, img, 1)
     rate = a.data_images / (time.perf_counter() - t0)
-    return {"img_size": img, "batch": batch, "contenders": out, "shapes_img_s": rate}
+    return {"img_size": img, "batch": batch, "contenders": out, "shapes_img_s": rate,
+            **({"missing": missing} if missing else {})}  # fmt: skip
 
 
 def bench_compile(img: int, batch: int, a: argparse.Namespace) -> list[dict]:
@@ -217,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=2, help="warm-up steps per contender")
     p.add_argument("--data-images", type=int, default=512, help="images rendered to time `shapes`")
     p.add_argument("--compile", action="store_true", help="measure torch.compile against eager instead")
+    p.add_argument("--compiled", action="store_true", help="every contender under torch.compile")
     p.add_argument("--eval-img-sizes", type=int, nargs="+", help="--compile's eval sizes (default: the last size)")
     p.add_argument("--out", help="JSON to write (default docs/performance.json, with --compile *_compile.json)")
     p.add_argument("--quick", action="store_true", help="tiny settings for a smoke test (seconds)")
@@ -236,13 +256,17 @@ def main(argv: list[str] | None = None) -> int:
     setup = {"device": a.device, "dtype": a.dtype, "model": a.model, "dims": MODEL_PRESETS[a.model],
              "patch_size": a.patch_size, "num_classes": NUM_CLASSES, "repeats": a.repeats, "steps": a.steps,
              "warmup": a.warmup, "threads": torch.get_num_threads(), "timm": timm.__version__,
-             "gpu": torch.cuda.get_device_name() if a.device == "cuda" else None, "quick": a.quick}  # fmt: skip
+             "gpu": torch.cuda.get_device_name() if a.device == "cuda" else None, "quick": a.quick,
+             "compiled": a.compiled}  # fmt: skip
     if a.compile:
         write_record(out, "throughput.py", argv, **setup, rows=bench_compile(a.img_sizes[-1], a.batch_size[-1], a))
         return 0
     peak = matmul_peak_tflops(a)
-    grids = [bench_grid(img, batch, a) for img, batch in zip(a.img_sizes, a.batch_size, strict=True)]
-    write_record(out, "throughput.py", argv, **setup, matmul_peak_tflops=peak, data_images=a.data_images, grids=grids)
+    grids = []
+    for img, batch in zip(a.img_sizes, a.batch_size, strict=True):  # a run cut short keeps the grids it finished
+        grids.append(bench_grid(img, batch, a))
+        write_record(out, "throughput.py", argv, **setup, matmul_peak_tflops=peak, data_images=a.data_images,
+                     grids=grids)  # fmt: skip
     return 0
 
 

@@ -312,6 +312,29 @@ def test_every_record_header_names_its_code_and_the_page_line_under_its_title_sa
     assert "commit" not in measured_line(record)
 
 
+def test_a_gpu_record_names_its_device_and_driver(monkeypatch):
+    """On a CUDA machine the header adds the device, the driver (nvidia-smi) and torch's CUDA, and the page line says
+    them; a CPU record names none."""
+    import subprocess
+
+    import torch
+
+    from benchmarks import common as bench_common
+    from benchmarks.pages.common import measured_line
+
+    assert not {"gpu", "driver", "cuda"} & set(bench_common.machine())  # this machine: no CUDA
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    smi = subprocess.CompletedProcess([], 0, stdout="580.159.04\n", stderr="")
+    monkeypatch.setattr(bench_common.subprocess, "run", lambda cmd, **kw: smi if cmd[0] == "nvidia-smi" else None)
+    m = bench_common.machine()
+    assert (m["gpu"], m["driver"], m["cuda"]) == ("NVIDIA H100 80GB HBM3", "580.159.04", "13.0")
+    line = measured_line({"command": "c", "machine": m})
+    assert "NVIDIA H100 80GB HBM3 (driver 580.159.04, CUDA 13.0)" in line
+
+
 def test_records_name_the_code_the_process_imported_not_a_commit_made_while_it_runs(monkeypatch):
     from benchmarks import common as bench_common
 

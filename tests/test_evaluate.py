@@ -208,6 +208,23 @@ def test_ddp_on_two_cpu_processes_counts_every_image_once(ckpt, tmp_path, one_th
     assert all(r["samples"] == VAL_SIZE for r in double)
 
 
+@pytest.mark.cli
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_ddp_on_one_device_counts_every_image_once(ckpt, tmp_path):
+    """DDP on one CUDA device (the strategy a multi-GPU run starts with) counts every image exactly once, as the
+    single-process CPU sweep does."""
+    resolutions = ["12", "16", "16x24"]
+    single = ev.sweep([ckpt], resolutions, methods=["extrapolate"])
+    proc = _run_cli("--ckpt", str(ckpt), "--resolutions", *resolutions, "--methods", "extrapolate",
+                    "--accelerator", "gpu", "--devices", "1", "--strategy", "ddp", "--batch-size", "8",
+                    "--out", str(tmp_path))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cuda = json.loads((tmp_path / "resolution.json").read_text())
+    assert [(r["resolution"], r["samples"]) for r in cuda] == [(r["resolution"], VAL_SIZE) for r in single]
+    # fp32 on another device: the same predictions but for a near-tie's rounding
+    assert all(abs(a["correct"] - b["correct"]) <= 1 for a, b in zip(cuda, single, strict=True))
+
+
 # -- command line ---------------------------------------------------------------------------------
 def _one_line_error(proc_or_err, code=None):
     err = proc_or_err if isinstance(proc_or_err, str) else proc_or_err.stderr

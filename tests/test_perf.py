@@ -4,7 +4,8 @@
 * attention stays on fused kernels: no attn_mask without a bias, a 4-D mask for a fixed one, and the
   fused-forward path of vitpos.attention for a learned one on the CPU;
 * torch.compile traces every scheme whole (no graph breaks), for training and across resolutions;
-* on CUDA, bf16 autocast works for every scheme and non-bias schemes run on the flash kernel.
+* on CUDA, every scheme trains in bf16-mixed precision, its rotations are built in fp32, and non-bias schemes
+  run on the flash kernel.
 """
 
 from __future__ import annotations
@@ -259,6 +260,60 @@ def test_cuda_sdpa_runs_on_a_fused_kernel(name):
     assert torch.isfinite(out).all()
     for n, p in m.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), n
+
+
+@cuda
+@pytest.mark.parametrize("name", POS_SCHEMES)
+def test_cuda_bf16_mixed_training_of_every_scheme(name):
+    """Lightning's bf16-mixed precision on one GPU: a few optimizer steps of every scheme train (every parameter
+    moves, the position scheme's too, and stays finite), then validation runs."""
+    import lightning as L
+
+    from vitpos.config import Config
+    from vitpos.data import build_datamodule
+    from vitpos.lit import LitViT
+
+    cfg = Config()
+    cfg.model.pos, cfg.model.img_size, cfg.model.patch_size = name, 64, 8
+    cfg.model.embed_dim, cfg.model.depth, cfg.model.num_heads = 128, 2, 2
+    cfg.data.train_size, cfg.data.val_size, cfg.data.test_size, cfg.data.batch_size = 64, 32, 32, 16
+    L.seed_everything(0)
+    dm = build_datamodule(cfg.data, img_size=cfg.model.img_size)
+    cfg.model.num_classes, cfg.model.in_chans = dm.num_classes, dm.in_chans
+    lit = LitViT(cfg.to_dict())
+    start = {n: p.detach().clone() for n, p in lit.model.named_parameters()}
+    trainer = L.Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", max_steps=3, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, limit_val_batches=1)  # fmt: skip
+    trainer.fit(lit, datamodule=dm)
+    assert trainer.global_step == 3
+    for n, p in lit.model.named_parameters():
+        assert p.dtype == torch.float32 and torch.isfinite(p).all(), n  # mixed: fp32 weights
+        assert not torch.equal(p.detach().cpu(), start[n]), f"{n} did not move"
+
+
+ROTATING = [n for n in POS_SCHEMES if any(
+    p.rope is not None or p.rotation is not None
+    for p in vitpos.create_model(n, **GPU_DIMS).pos.attn_pos((8, 8)))]  # fmt: skip
+
+
+@cuda
+@pytest.mark.parametrize("name", ROTATING)
+def test_cuda_rotation_angles_are_fp32_under_bf16_autocast(name):
+    """Under bf16 autocast on CUDA the q/k rotations are built in fp32 (bf16 angles lose a patch's position at large
+    offsets): the same fp32 tensors as without autocast, on the training grid and an unseen non-square one."""
+    m = vitpos.create_model(name, **GPU_DIMS).cuda().eval()
+    for grid in ((8, 8), (12, 20)):
+        with torch.no_grad():
+            plain = m.pos.attn_pos(grid, torch.device("cuda"))
+            m.pos._cache.clear()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                mixed = m.pos.attn_pos(grid, torch.device("cuda"))
+        for a, b in zip(plain, mixed, strict=True):
+            for field in ("rope", "rotation"):
+                x, y = getattr(a, field), getattr(b, field)
+                if x is not None:
+                    assert y.dtype == x.dtype == torch.float32, (field, y.dtype)
+                    torch.testing.assert_close(y, x, rtol=0, atol=0)
 
 
 def test_throughput_benchmark_quick_record_renders(tmp_path, monkeypatch):

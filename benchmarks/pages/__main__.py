@@ -15,6 +15,7 @@ from benchmarks.pages import (
     diagnostics,
     export,
     frontier,
+    gpu,
     logn,
     multires,
     performance,
@@ -36,6 +37,7 @@ PAGES: dict[str, Callable[[dict, Path], str]] = {
     "data": data.render,
     "diagnostics": diagnostics.render,
     "pos_dynamics": pos_dynamics.render,
+    "gpu": gpu.render,
 }
 
 

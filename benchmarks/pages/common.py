@@ -141,6 +141,8 @@ def measured_line(d: dict) -> str:
     """The line under a page's title: the command that measured, the machine and, where recorded, its load."""
     m = d["machine"]
     where = f"{m['date']}, {m['cpu']}, {m['cores']} cores, torch {m['torch']}"
+    if "gpu" in m:
+        where += f", {m['gpu']} (driver {m.get('driver', 'unknown')}, CUDA {m.get('cuda', 'unknown')})"
     if "commit" in m:  # records made before the header named its code leave it to their runs' stamps
         where += f", commit {m['commit']}"
     if "load_average" in d:

@@ -10,7 +10,9 @@ from benchmarks.pages import export
 from benchmarks.pages.common import anchors, fields, fill, label, measured_line, per_round, read, spread, table
 
 TIMM = {"learned": "`VisionTransformer`", "rope2d": "`vit_small_patch16_rope_224` (an `Eva`, RoPE-Axial)",
-        "relbias": "`VisionTransformerRelPos(rel_pos_type='bias')`"}  # fmt: skip
+        "relbias": "`VisionTransformerRelPos(rel_pos_type='bias')`",
+        "rope2d-mixed": "`vit_small_patch16_rope_mixed_224` (an `Eva`, RoPE-Mixed)",
+        "lookhere": "`VisionTransformer` (timm has no LookHere: the plain ViT, no position cost)"}  # fmt: skip
 
 
 def steps(n: int) -> str:
@@ -28,6 +30,7 @@ def model_line(d: dict) -> str:
         dtype=d["dtype"],
         device=d["gpu"] or "the CPU",
         threads=str(d["threads"]),
+        compiled=", every contender under `torch.compile`" if d.get("compiled") else "",
         warmup=steps(d["warmup"]),
         repeats=str(d["repeats"]),
         steps=steps(d["steps"]),
@@ -38,7 +41,7 @@ def throughput_rows(c: dict, matmul: float, spec: float | None) -> list[list[str
     """One row per contender of a grid: img/s, against timm and `none` per round, memory, FLOPs, fraction of peak."""
     rows = []
     for name, r in c.items():
-        timm, ours = c.get(f"timm:{name}"), not name.startswith("timm:")
+        timm, ours = c.get(r.get("counterpart", f"timm:{name}")), not name.startswith("timm:")
         over, rope = None, None  # step-time overheads per round, in %
         if ours and name != "none" and "none" in c:
             over = [100 * (x - 1) for x in per_round(c["none"]["img_s"], r["img_s"])]
@@ -52,6 +55,12 @@ def throughput_rows(c: dict, matmul: float, spec: float | None) -> list[list[str
                      f"{tflops:.3g}", f"{100 * tflops / matmul:.1f} %",
                      *([f"{100 * tflops / spec:.1f} %"] if spec else [])])  # fmt: skip
     return rows
+
+
+def timed_against_timm(scheme: str, d: dict) -> bool:
+    """Whether a grid of the record has ``scheme`` and its timm counterpart."""
+    return any(scheme in c and c[scheme].get("counterpart", f"timm:{scheme}") in c
+               for c in (g["contenders"] for g in d["grids"]))  # fmt: skip
 
 
 def render(d: dict, folder: Path) -> str:
@@ -77,7 +86,7 @@ def render(d: dict, folder: Path) -> str:
         matmul=f"{d['matmul_peak_tflops']:.3g}",
         datasheet=f" and the datasheet's {spec} TFLOP/s ({peaks['source']})" if spec else "",
         timm=d["timm"],
-        timm_models="; ".join(f"`{k}` against {v}" for k, v in TIMM.items()),
+        timm_models="; ".join(f"`{k}` against {v}" for k, v in TIMM.items() if timed_against_timm(k, d)),
         quick="" if d["quick"] else None,
         grids="\n".join(grids),
         data_images=str(d["data_images"]),
