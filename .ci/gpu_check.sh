@@ -29,7 +29,7 @@ PY=python3
 [ -x .venv/bin/python ] && .venv/bin/python -c "import torch" 2>/dev/null && PY=.venv/bin/python
 missing=$($PY -c "
 import importlib.util as u
-need = ('torch', 'timm', 'lightning', 'einops', 'torchmetrics', 'pytest', 'xdist', 'yaml', 'litdata', 'torchdata')
+need = ('torch', 'timm', 'lightning', 'einops', 'torchmetrics', 'pytest', 'xdist', 'yaml', 'torchdata')
 print(' '.join(n for n in need if u.find_spec(n) is None))" 2>/dev/null) \
   || { echo "gpu_check: $PY does not run; stopping" >&2; exit 1; }
 [ -z "$missing" ] || { echo "gpu_check: $PY lacks $missing: pip install -e \".[dev]\" first; stopping" >&2; exit 1; }

@@ -101,3 +101,16 @@ def test_imports_run_one_way(module, never, how):
     imported = g[module] if how == "direct" else reaches(g, module)
     found = {m for m in imported if m == never or m.startswith(never + ".")}
     assert not found, f"{module} imports {sorted(found)}, directly or through other modules"
+
+
+def test_training_and_evaluation_import_no_optional_data_library():
+    """LitData (with its cloud clients), `datasets` and ONNX load only for the features that need them (--data shards,
+    --data hf:..., export): a machine without them trains and evaluates the other data sets."""
+    import subprocess
+    import sys
+
+    optional = ("litdata", "boto3", "datasets", "onnx", "onnxruntime")
+    code = ("import sys, vitpos, vitpos.training, vitpos.cli, vitpos.evaluate.__main__, vitpos.evaluate.sweep; "
+            f"print(' '.join(m for m in {optional} if m in sys.modules))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "", out.stdout + out.stderr[-2000:]

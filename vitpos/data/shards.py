@@ -43,7 +43,6 @@ from lightning.pytorch.utilities import rank_zero_only
 from PIL import Image
 from torch.utils.data import Dataset
 
-from ..compat.litdata import download, force_single_node_plan
 from ..config import DataConfig
 from ..errors import ConfigError
 from .base import TransformDataset, VitposDataModule
@@ -68,6 +67,8 @@ def read_json(root: str, name: str) -> dict[str, Any]:
     path = _join(root, name)
     try:
         if is_url(root):
+            from ..compat.litdata import download  # LitData (and its cloud clients) only for shards
+
             with tempfile.TemporaryDirectory() as tmp:
                 local = os.path.join(tmp, os.path.basename(name))
                 download(path, local)
@@ -188,6 +189,8 @@ class ShardsDataModule(VitposDataModule):
 
     def train_dataset(self) -> Dataset:
         from litdata import StreamingDataset
+
+        from ..compat.litdata import force_single_node_plan
 
         self.size("train")
         if not self.shuffled and rank_zero_only.rank == 0:
