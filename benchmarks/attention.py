@@ -8,7 +8,7 @@ bias the scheme gives block 0 on that grid (a learned one with its gradient). Tw
 ``sdpa`` (the bias a dense mask; the memory-efficient kernel on CUDA) and ``flex`` (FlexAttention, the bias read by a
 ``score_mod``, and the scheme's block mask where it masks), each timed forward and forward + backward, round-robin.
 Each row also records how far the flex output is from the dense one. The crossover (the smallest size at which flex
-is faster) is what ``vitpos.attention.FLEX_ON_CUDA`` is set from.
+is faster) is what ``vitpos.attention.FLEX_FROM_TOKENS`` is set from.
 """
 
 from __future__ import annotations

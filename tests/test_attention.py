@@ -132,18 +132,21 @@ def test_lookhere_block_mask_skips_the_blocks_no_head_sees():
     assert dense_blocks.shape[1:] == (4, 2, 2) and not dense_blocks.all() and dense_blocks.any(-1).all()
 
 
-def test_kernel_choice():
-    """auto: SDPA on the CPU; flex on the CPU serves inference only (FlexAttention has no CPU backward); a bad
-    name is refused."""
+def test_kernel_choice(monkeypatch):
+    """auto: SDPA on the CPU, and on CUDA below the crossover (none set: everywhere); flex on the CPU serves inference
+    only (FlexAttention has no CPU backward); a bad name is refused."""
     from vitpos.attention import attention_kernel, uses_flex
 
-    assert not uses_flex("cpu")
+    assert vitpos.attention.FLEX_FROM_TOKENS is None  # no measurement has set it: SDPA at every size
+    assert not uses_flex("cpu", 10**6) and not uses_flex("cuda", 10**6)
+    monkeypatch.setattr(vitpos.attention, "FLEX_FROM_TOKENS", 576)
+    assert not uses_flex("cuda", 575) and uses_flex("cuda", 576) and not uses_flex("cpu", 1024)
     with attention_kernel("flex"):
-        assert uses_flex("cuda") and not uses_flex("cpu")  # grad enabled here
+        assert uses_flex("cuda", 4) and not uses_flex("cpu", 4)  # grad enabled here
         with torch.no_grad():
-            assert uses_flex("cpu")
+            assert uses_flex("cpu", 4)
         with attention_kernel("sdpa"):
-            assert not uses_flex("cuda")
+            assert not uses_flex("cuda", 4096)
     with pytest.raises(ValueError, match="unknown attention kernel 'fast'"), attention_kernel("fast"):
         pass
 

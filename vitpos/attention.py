@@ -16,7 +16,8 @@ CPU flash kernel takes 2-D or 4-D masks only, and no mask at all is passed when 
 On CUDA a bias can also go to FlexAttention (:func:`attention_kernel`): the bias is read inside the kernel by a
 ``score_mod``, and a scheme that masks (lookhere) hands over a block mask, so that key blocks a query block cannot
 see are skipped. Which of the two is faster for each bias scheme and grid is what ``benchmarks/attention.py``
-measures; until a measurement says otherwise, ``auto`` keeps SDPA.
+measures; ``auto`` takes FlexAttention from the measured crossover (:data:`FLEX_FROM_TOKENS`), and until a
+measurement sets it, SDPA everywhere.
 
 While ``torch.export`` traces the model, attention is spelled out as matmul, softmax, matmul instead
 (:func:`spelled_out`), the form the ONNX exporter needs.
@@ -38,9 +39,10 @@ from .compat.torch import FLASH_CPU
 
 CHUNK_BYTES = 4 << 20  # probabilities recomputed per backward chunk: a few MiB, about a core's share of cache
 
-# The kernels a biased attention can run on. "auto": FlexAttention on CUDA where FLEX_ON_CUDA says so, else SDPA.
+# The kernels a biased attention can run on. "auto": FlexAttention on CUDA from FLEX_FROM_TOKENS tokens up, else SDPA.
 KERNELS = ("auto", "sdpa", "flex")
-FLEX_ON_CUDA = False  # auto's choice on CUDA: SDPA until benchmarks/attention.py shows FlexAttention faster
+# auto's crossover on CUDA, in tokens (None: SDPA at every size); set from benchmarks/attention.py's crossovers
+FLEX_FROM_TOKENS: int | None = None
 _kernel = "auto"
 
 
@@ -58,12 +60,12 @@ def attention_kernel(name: str) -> Iterator[None]:
         _kernel = before
 
 
-def uses_flex(device: torch.device | str | None) -> bool:
-    """Whether a biased attention on ``device`` runs on FlexAttention now (a masking scheme builds its block mask
-    only then)."""
+def uses_flex(device: torch.device | str | None, tokens: int) -> bool:
+    """Whether a biased attention over ``tokens`` tokens on ``device`` runs on FlexAttention now (a masking scheme
+    builds its block mask only then)."""
     device = torch.device(device or "cpu")
     if _kernel == "auto":
-        return FLEX_ON_CUDA and device.type == "cuda"
+        return device.type == "cuda" and FLEX_FROM_TOKENS is not None and tokens >= FLEX_FROM_TOKENS
     return _kernel == "flex" and (device.type == "cuda" or not torch.is_grad_enabled())
 
 
@@ -75,7 +77,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None = None, scale
         return spelled_out(q, k, v, bias, scale)
     if bias is None:
         return F.scaled_dot_product_attention(q, k, v, scale=scale)
-    if uses_flex(q.device):
+    if uses_flex(q.device, q.shape[-2]):
         return flex(q, k, v, bias, scale, block_mask)
     bias = bias.to(q.dtype)
     if (

@@ -97,6 +97,7 @@ class LookHerePos(PosScheme):
     def attn_pos(self, grid: Grid, device=None) -> list[AttnPos]:
         bias = self.cached(("bias", tuple(grid), device), lambda: self.bias(grid, device))
         mask = None
-        if uses_flex(bias.device):  # the fields of view as FlexAttention's block mask: what each head never sees
+        # on FlexAttention the fields of view also go in as a block mask: the key blocks a head never sees are skipped
+        if uses_flex(bias.device, bias.shape[-1]):
             mask = self.cached(("block_mask", tuple(grid), device), lambda: block_mask_of(bias.isfinite().any(0)))
         return [AttnPos(bias=b, block_mask=mask) for b in bias.unbind(0)]
