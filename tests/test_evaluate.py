@@ -23,7 +23,9 @@ TRAIN_RES = 16
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    # this checkout first, then whatever the caller's path adds (packages installed to a folder of their own)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+               OMP_NUM_THREADS="1")  # fmt: skip
     env.pop("VITPOS_RUN_OUT", None)
     return env
 
