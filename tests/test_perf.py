@@ -264,6 +264,25 @@ def test_cuda_sdpa_runs_on_a_fused_kernel(name):
 
 @cuda
 @pytest.mark.parametrize("name", POS_SCHEMES)
+def test_cuda_sdpa_chooses_flash_without_a_bias_and_efficient_or_cudnn_with_one(name):
+    """Left to choose (no kernel forced), SDPA runs each block on flash where the scheme adds no bias and on the
+    memory-efficient or cuDNN kernel where it does: never on the math path (the profiler names the ops it ran)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    m = vitpos.create_model(name, **GPU_DIMS).cuda().train()
+    biased = any(a.bias is not None for a in m.pos.attn_pos((8, 8), torch.device("cuda")))
+    x = torch.randn(4, 3, 64, 64, device="cuda")
+    with profile(activities=[ProfilerActivity.CPU]) as prof, torch.autocast("cuda", dtype=torch.bfloat16):
+        m(x).float().square().mean().backward()
+    ops = {e.key for e in prof.key_averages()}
+    fused = {"aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention"} if biased \
+        else {"aten::_scaled_dot_product_flash_attention"}  # fmt: skip
+    assert ops & fused, sorted(o for o in ops if "scaled_dot" in o)
+    assert "aten::_scaled_dot_product_attention_math" not in ops
+
+
+@cuda
+@pytest.mark.parametrize("name", POS_SCHEMES)
 def test_cuda_bf16_mixed_training_of_every_scheme(name):
     """Lightning's bf16-mixed precision on one GPU: a few optimizer steps of every scheme train (every parameter
     moves, the position scheme's too, and stays finite), then validation runs."""
