@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from benchmarks.common import round_robin, write_record
+from benchmarks.common import repeat, round_robin, write_record
 from vitpos.attention import attention, attention_kernel
 from vitpos.config import MODEL_PRESETS
 from vitpos.model import create_model
@@ -30,19 +30,13 @@ SCHEMES = ("relbias", "cpb", "alibi2d", "lookhere")
 KERNELS = ("sdpa", "flex")
 
 
-def inputs(scheme: str, img: int, batch: int, a: argparse.Namespace, kernel: str) -> tuple:
-    """q, k, v (B, heads, N, d) in the benchmark's dtype with gradients, and block 0's AttnPos on the grid as the
-    model builds it under ``kernel`` (so a masking scheme's block mask is there for flex)."""
-    dims = MODEL_PRESETS[a.model]
-    model = create_model(scheme, img_size=img, patch_size=a.patch_size, num_classes=10, **dims).to(a.device)
-    heads, d = dims["num_heads"], dims["embed_dim"] // dims["num_heads"]
-    n = model.grid[0] * model.grid[1]
+def qkv(model: torch.nn.Module, batch: int, a: argparse.Namespace, grad: bool) -> list[torch.Tensor]:
+    """q, k, v (B, heads, N, d) for ``model``'s grid in the benchmark's dtype, seeded: both kernels take the same."""
+    heads = model.blocks[0].attn.num_heads
+    n, d = model.grid[0] * model.grid[1], model.blocks[0].attn.head_dim
     g = torch.Generator(device=a.device).manual_seed(0)
-    q, k, v = (torch.randn(batch, heads, n, d, device=a.device, generator=g, dtype=a.dtype).requires_grad_(a.backward)
-               for _ in range(3))  # fmt: skip
-    with attention_kernel(kernel), torch.set_grad_enabled(a.backward):
-        pos = model.pos.attn_pos(model.grid, torch.device(a.device))[0]
-    return q, k, v, pos
+    return [torch.randn(batch, heads, n, d, device=a.device, generator=g, dtype=a.dtype).requires_grad_(grad)
+            for _ in range(3)]  # fmt: skip
 
 
 def call(q, k, v, pos, kernel: str, backward: bool) -> Callable[[], torch.Tensor]:
@@ -58,41 +52,33 @@ def call(q, k, v, pos, kernel: str, backward: bool) -> Callable[[], torch.Tensor
     return run
 
 
-def synced(fn: Callable[[], object], n: int, device: str) -> Callable[[], None]:
-    def run() -> None:
-        for _ in range(n):
-            fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-
-    return run
-
-
 def bench(scheme: str, img: int, batch: int, a: argparse.Namespace) -> list[dict]:
+    """Both kernels on one block's attention of ``scheme`` at ``img`` px: block 0's bias as the model builds it under
+    each kernel (a masking scheme's block mask is there for flex only), a learned bias with its gradient."""
+    torch.manual_seed(0)
+    model = create_model(scheme, img_size=img, patch_size=a.patch_size, num_classes=10, **MODEL_PRESETS[a.model])
+    model = model.to(a.device)
     rows = []
     for direction in ["forward"] + (["forward+backward"] if a.backward else []):
         backward = direction != "forward"
+        q, k, v = qkv(model, batch, a, backward)
         fns, outs = {}, {}
         for kernel in KERNELS:
-            torch.manual_seed(0)
-            q, k, v, pos = inputs(scheme, img, batch, a, kernel)
+            with attention_kernel(kernel), torch.set_grad_enabled(backward):
+                pos = model.pos.attn_pos(model.grid, torch.device(a.device))[0]
             fns[kernel] = call(q, k, v, pos, kernel, backward)
             outs[kernel] = fns[kernel]().float()  # first call: compiles the flex kernel
         for fn in fns.values():
-            synced(fn, a.warmup, a.device)()
-        seconds = round_robin({k: synced(fn, a.steps, a.device) for k, fn in fns.items()}, a.repeats)
+            repeat(fn, a.warmup, a)()
+        seconds = round_robin({k: repeat(fn, a.steps, a) for k, fn in fns.items()}, a.repeats)
         ms = {k: [1e3 * s / a.steps for s in v] for k, v in seconds.items()}
-        row = {"scheme": scheme, "img_size": img, "tokens": q_tokens(img, a), "batch": batch, "direction": direction,
+        row = {"scheme": scheme, "img_size": img, "tokens": q.shape[-2], "batch": batch, "direction": direction,
                **{f"{k}_ms": v for k, v in ms.items()},
                "max_abs_diff": (outs["flex"] - outs["sdpa"]).abs().max().item()}  # fmt: skip
         rows.append(row)
         speed = statistics.median(ms["sdpa"]) / statistics.median(ms["flex"])
         print(f"  {scheme} {img} px {direction}: flex {speed:.2f}x sdpa", file=sys.stderr)
     return rows
-
-
-def q_tokens(img: int, a: argparse.Namespace) -> int:
-    return (img // a.patch_size) ** 2
 
 
 def crossovers(rows: list[dict]) -> list[dict]:

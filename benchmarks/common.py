@@ -89,6 +89,20 @@ def write_record(path: str | Path, script: str, argv: list[str], **data) -> None
     print(f"wrote {path}", flush=True)
 
 
+def repeat(fn: Callable[[], object], n: int, a: argparse.Namespace) -> Callable[[], None]:
+    """fn called n times, then ``a.device`` synchronised (CUDA runs asynchronously): what one timed round runs."""
+
+    def run() -> None:
+        for _ in range(n):
+            fn()
+        if a.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+
+    return run
+
+
 def round_robin(fns: dict[str, Callable[[], object]], rounds: int, clock=time.perf_counter) -> dict[str, list[float]]:
     """Seconds (by ``clock``) of each call per round, run A, B, C, then C, B, A, so drift and load hit all alike."""
     out: dict[str, list[float]] = {k: [] for k in fns}

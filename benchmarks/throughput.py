@@ -36,7 +36,7 @@ from timm.models.vision_transformer_relpos import VisionTransformerRelPos
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks.common import ROOT, round_robin, run_specs, write_record
+from benchmarks.common import ROOT, repeat, round_robin, run_specs, write_record
 from vitpos.config import MODEL_PRESETS
 from vitpos.data.shapes import render_shapes
 from vitpos.model import create_model
@@ -94,18 +94,6 @@ def trainer(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, a: argpars
         opt.step()
 
     return step
-
-
-def repeat(fn: Callable[[], object], n: int, a: argparse.Namespace) -> Callable[[], None]:
-    """fn called n times, then the device synchronised: what one timed round runs."""
-
-    def run() -> None:
-        for _ in range(n):
-            fn()
-        if a.device == "cuda":
-            torch.cuda.synchronize()
-
-    return run
 
 
 def step_memory_mib(step, a: argparse.Namespace) -> float:

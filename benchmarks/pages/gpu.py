@@ -69,15 +69,12 @@ def throughput_table(eager: dict | None, compiled: dict | None) -> str:
     return table(heads, rows)
 
 
-def attention_tables(d: dict | None) -> tuple[str, str, str]:
+def attention_blocks(d: dict | None) -> dict[str, str | None]:
+    """The attention section's blocks: its setup, table and crossovers (None: left out where nothing was measured)."""
+    keys = ("model", "heads", "head_dim", "patch", "dtype", "device", "repeats", "steps", "warmup")
     if not d:
-        return "Not measured.", "", ""
+        return {"attention": "Not measured.", "crossovers": None} | {f"att_{k}": None for k in keys}
     m = d["dims"]
-    setup = (f"One block's attention of a `{d['model']}` ViT ({m['num_heads']} heads of "
-             f"{m['embed_dim'] // m['num_heads']}), patch {d['patch_size']}, {d['dtype']} on {d['device']}: q, k, v "
-             f"of a batch and block 0's bias on the grid; the two kernels round-robin, {d['repeats']} rounds of "
-             f"{d['steps']} calls after {d['warmup']} warm-up calls. ms: median per call; *flex speed-up*: SDPA's time "
-             "over FlexAttention's; *max diff*: the largest difference between the two outputs.")  # fmt: skip
     rows = [[f"`{r['scheme']}`", f"{r['img_size']} px ({r['tokens']} tokens)", str(r["batch"]), r["direction"],
              f"{median(r['sdpa_ms']):.3f}", f"{median(r['flex_ms']):.3f}",
              spread(per_round(r["sdpa_ms"], r["flex_ms"]), ".2f"), f"{r['max_abs_diff']:.2g}"]
@@ -85,11 +82,11 @@ def attention_tables(d: dict | None) -> tuple[str, str, str]:
     heads = ["scheme", "size", "batch", "direction", "SDPA ms", "flex ms", "flex speed-up", "max diff"]
     cross = [f"- `{c['scheme']}` {c['direction']}: " + (f"FlexAttention from {c['flex_from_img_size']} px up"
              if c["flex_from_img_size"] else "SDPA at every size measured") for c in d["crossovers"]]  # fmt: skip
-    return (
-        setup,
-        table(heads, rows),
-        "Crossover (the smallest size from which FlexAttention is faster):\n\n" + "\n".join(cross),
-    )
+    values = (d["model"], m["num_heads"], m["embed_dim"] // m["num_heads"], d["patch_size"], d["dtype"], d["device"],
+              d["repeats"], d["steps"], d["warmup"])  # fmt: skip
+    return {"attention": table(heads, rows), "crossovers": "\n".join(cross)} | {
+        f"att_{k}": str(v) for k, v in zip(keys, values, strict=True)
+    }
 
 
 def fashion_mnist_text(runs: list[dict]) -> str:
@@ -116,7 +113,6 @@ def render(d: dict, folder: Path) -> str:
     if compiled and more:
         compiled = compiled | {"grids": compiled["grids"] + more["grids"]}
     timed = eager or compiled
-    setup, att, cross = attention_tables(read(folder / "gpu_attention.json"))
     peak = datasheet_peak(timed) if timed else None
     return fill(
         "gpu.md",
@@ -126,8 +122,6 @@ def render(d: dict, folder: Path) -> str:
         model=model_line(timed) if timed else "",
         peak=f"{peak:g} TFLOP/s, {anchors()['gpu_peak_tflops']['source']}" if peak else "not listed for this device",
         throughput=throughput_table(eager, compiled),
-        attention_setup=setup,
-        attention=att,
-        crossovers=cross,
+        **attention_blocks(read(folder / "gpu_attention.json")),
         fashion_mnist=fashion_mnist_text(d["fashion_mnist"]),
     )
